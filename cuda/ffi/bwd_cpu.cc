@@ -1,0 +1,65 @@
+// FFI handler jax_fa4_bwd_cpu: (q, k, v, o, lse, do, dlse) -> (dq, dk, dv) on the CPU.
+#include "cpu/attention_cpu.h"
+#include "ffi/cpu_args.h"
+#include "ffi/handlers.h"
+
+namespace ffi = xla::ffi;
+
+namespace jax_fa4::ffi_cpu {
+namespace {
+
+ffi::Error Fa4BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, ffi::AnyBuffer o,
+                         ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer d_o,
+                         ffi::Buffer<ffi::F32> dlse,
+                         ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
+                         ffi::Result<ffi::AnyBuffer> dv, double softmax_scale, bool causal) {
+  cpu::AttentionShape s{};
+  cpu::ElementType type{};
+  if (auto err = decode_shape(q, k, v, &s, &type); err.failure()) return err;
+  if (auto err = check_scale(softmax_scale); err.failure()) return err;
+  const auto dt = q.element_type();
+  if (o.element_type() != dt || d_o.element_type() != dt || dq->element_type() != dt ||
+      dk->element_type() != dt || dv->element_type() != dt)
+    return invalid("o, do, dq, dk and dv must have q's dtype");
+  const std::initializer_list<int64_t> o_shape = {s.batch, s.seq_q, s.heads_q, s.head_dim_v};
+  if (auto err = check_dims("o", o.dimensions(), o_shape); err.failure()) return err;
+  if (auto err = check_dims("do", d_o.dimensions(), o_shape); err.failure()) return err;
+  if (auto err = check_dims("lse", lse.dimensions(), {s.batch, s.heads_q, s.seq_q});
+      err.failure())
+    return err;
+  if (auto err = check_dims("dlse", dlse.dimensions(), {s.batch, s.heads_q, s.seq_q});
+      err.failure())
+    return err;
+  if (auto err = check_dims("dq", dq->dimensions(), {s.batch, s.seq_q, s.heads_q, s.head_dim});
+      err.failure())
+    return err;
+  if (auto err = check_dims("dk", dk->dimensions(), {s.batch, s.seq_k, s.heads_kv, s.head_dim});
+      err.failure())
+    return err;
+  if (auto err = check_dims("dv", dv->dimensions(), {s.batch, s.seq_k, s.heads_kv, s.head_dim_v});
+      err.failure())
+    return err;
+  cpu::attention_backward(type, s, {static_cast<float>(softmax_scale), causal}, q.untyped_data(),
+                          k.untyped_data(), v.untyped_data(), o.untyped_data(), lse.typed_data(),
+                          d_o.untyped_data(), dlse.typed_data(), dq->untyped_data(), dk->untyped_data(),
+                          dv->untyped_data());
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace jax_fa4::ffi_cpu
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Fa4BwdCpu, jax_fa4::ffi_cpu::Fa4BwdCpuImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()           // q [b, sq, hq, d]
+                                  .Arg<ffi::AnyBuffer>()           // k [b, sk, hkv, d]
+                                  .Arg<ffi::AnyBuffer>()           // v [b, sk, hkv, dv]
+                                  .Arg<ffi::AnyBuffer>()           // o [b, sq, hq, dv]
+                                  .Arg<ffi::Buffer<ffi::F32>>()    // lse [b, hq, sq]
+                                  .Arg<ffi::AnyBuffer>()           // do [b, sq, hq, dv]
+                                  .Arg<ffi::Buffer<ffi::F32>>()    // dlse [b, hq, sq]
+                                  .Ret<ffi::AnyBuffer>()           // dq [b, sq, hq, d]
+                                  .Ret<ffi::AnyBuffer>()           // dk [b, sk, hkv, d]
+                                  .Ret<ffi::AnyBuffer>()           // dv [b, sk, hkv, dv]
+                                  .Attr<double>("softmax_scale")  // multiplies q.k
+                                  .Attr<bool>("causal"));         // bottom-right aligned

@@ -1,0 +1,40 @@
+"""Loads the compiled extension and registers its XLA FFI targets, once, per platform."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+
+try:
+    from jax_fa4 import _jax_fa4_ext
+except ImportError as err:  # pragma: no cover - exercised only on a broken install
+    raise ImportError(
+        f"jax_fa4's compiled extension (_jax_fa4_ext) could not be loaded ({err}). Install the "
+        "package with `pip install .` (scikit-build-core + CMake build it), and do not import "
+        "jax_fa4 from a source tree that shadows the installed package"
+    ) from err
+
+FWD_TARGET = "jax_fa4_fwd_{platform}"
+BWD_TARGET = "jax_fa4_bwd_{platform}"
+
+
+@functools.cache
+def registered_targets() -> dict[str, frozenset[str]]:
+    """Registers every handler of the extension with XLA; returns {platform: target names}."""
+    out: dict[str, frozenset[str]] = {}
+    for platform, targets in _jax_fa4_ext.registrations().items():
+        for name, capsule in targets.items():
+            jax.ffi.register_ffi_target(name, capsule, platform=platform)  # "cpu" -> Host, "cuda" -> CUDA
+        out[platform] = frozenset(targets)
+    return out
+
+
+def has_target(name: str, platform: str) -> bool:
+    """Whether the extension was built with the FFI target `name` for `platform`."""
+    return name in registered_targets().get(platform, frozenset())
+
+
+def built_with_cuda() -> bool:
+    """Whether the extension holds the Hopper CUDA kernels (it was built where nvcc was found)."""
+    return bool(_jax_fa4_ext.built_with_cuda)

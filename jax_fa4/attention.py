@@ -1,0 +1,80 @@
+"""jax_fa4.attention: the public call, its argument checks and its custom VJP."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from jax_fa4.primitives import fa4_bwd_p, fa4_fwd_p
+from jax_fa4.validation import check_flag, check_qkv, check_softmax_scale
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _attention_core(q, k, v, softmax_scale: float, causal: bool):
+    o, lse = fa4_fwd_p.bind(q, k, v, softmax_scale=softmax_scale, causal=causal)
+    return o, lse
+
+
+def _attention_core_fwd(q, k, v, softmax_scale, causal):
+    o, lse = fa4_fwd_p.bind(q, k, v, softmax_scale=softmax_scale, causal=causal)
+    return (o, lse), (q, k, v, o, lse)
+
+
+def _attention_core_bwd(softmax_scale, causal, residuals, cotangents):
+    q, k, v, o, lse = residuals
+    do, dlse = cotangents
+    do = jnp.asarray(do, o.dtype)
+    dlse = jnp.asarray(dlse, jnp.float32)
+    dq, dk, dv = fa4_bwd_p.bind(
+        q, k, v, o, lse, do, dlse, softmax_scale=softmax_scale, causal=causal
+    )
+    return dq, dk, dv
+
+
+_attention_core.defvjp(_attention_core_fwd, _attention_core_bwd)
+
+
+def attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    return_lse: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """Scaled dot-product attention, FlashAttention-style (never materialises the score matrix).
+
+    Args:
+      q: queries ``[batch, seq_q, heads_q, head_dim]``.
+      k: keys ``[batch, seq_k, heads_kv, head_dim]``; ``heads_q % heads_kv == 0`` (GQA/MQA: q
+        head ``h`` attends with kv head ``h // (heads_q // heads_kv)``).
+      v: values ``[batch, seq_k, heads_kv, head_dim_v]`` (``head_dim_v`` may differ on the CPU).
+      causal: mask keys after each query. With ``seq_q != seq_k`` the mask is aligned to the
+        bottom-right corner, as in FlashAttention 2+: query ``i`` sees keys ``j <= i + seq_k -
+        seq_q``. A query that sees no key gets output 0 and lse ``-inf``.
+      softmax_scale: multiplies ``q . k``; default ``1 / sqrt(head_dim)``.
+      return_lse: also return the log-sum-exp of the scaled scores (natural log), float32
+        ``[batch, heads_q, seq_q]``; it is differentiable too.
+
+    Returns:
+      ``o`` ``[batch, seq_q, heads_q, head_dim_v]`` in q's dtype, or ``(o, lse)``.
+
+    q, k and v share one dtype: bfloat16, float16 or float32 (float32 on the CPU only); the GPU
+    kernels (Hopper, sm_90a) take head dims 64, 128 and 256. Accumulation is float32. Works under
+    ``jit``, ``grad``, ``vmap``, ``checkpoint``; unsupported inputs raise at trace time.
+    """
+    dims = check_qkv(q, k, v)
+    scale = check_softmax_scale(softmax_scale, dims.head_dim)
+    causal = check_flag("causal", causal)
+    return_lse = check_flag("return_lse", return_lse)
+    if dims.seq_k == 0 or dims.batch * dims.seq_q * dims.heads_q == 0:
+        # Nothing to attend to (or nothing to compute): the exact answer, no kernel launch.
+        o = jnp.zeros((dims.batch, dims.seq_q, dims.heads_q, dims.head_dim_v), q.dtype)
+        lse = jnp.full((dims.batch, dims.heads_q, dims.seq_q), -jnp.inf, jnp.float32)
+        o = o + 0 * (jnp.sum(q) + jnp.sum(k) + jnp.sum(v)).astype(q.dtype)
+    else:
+        o, lse = _attention_core(q, k, v, scale, causal)
+    return (o, lse) if return_lse else o

@@ -1,0 +1,136 @@
+"""Trace-time checks of attention's arguments: every bad input gets an error naming it."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+SUPPORTED_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))
+MAX_HEAD_DIM = 256
+# The Hopper kernels are instantiated for these only (cuda/hopper config structs).
+CUDA_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+CUDA_HEAD_DIMS = (64, 128, 256)
+
+
+@dataclass(frozen=True)
+class AttentionDims:
+    """Sizes read off q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv]."""
+
+    batch: int
+    seq_q: int
+    seq_k: int
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    head_dim_v: int
+
+
+def _dtype_names(dtypes: tuple[np.dtype, ...]) -> str:
+    return ", ".join(d.name for d in dtypes)
+
+
+def check_qkv(q: jax.Array, k: jax.Array, v: jax.Array) -> AttentionDims:
+    """Checks ranks, shapes and dtypes of q, k, v; returns their sizes. Raises ValueError."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        shape = getattr(x, "shape", None)
+        if shape is None or getattr(x, "dtype", None) is None:
+            raise TypeError(f"{name} must be an array, got {type(x).__name__}")
+        if len(shape) != 4:
+            raise ValueError(
+                f"{name} must have rank 4 [batch, seq, heads, head_dim]; got shape {tuple(shape)} "
+                f"(rank {len(shape)})"
+            )
+        if jnp.dtype(x.dtype) not in SUPPORTED_DTYPES:
+            raise ValueError(
+                f"{name} has dtype {jnp.dtype(x.dtype).name}; supported dtypes are "
+                f"{_dtype_names(SUPPORTED_DTYPES)}"
+            )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(
+            "q, k and v must share one dtype; got "
+            f"q {jnp.dtype(q.dtype).name}, k {jnp.dtype(k.dtype).name}, v {jnp.dtype(v.dtype).name}"
+        )
+    b, sq, hq, d = q.shape
+    if k.shape[0] != b or v.shape[0] != b:
+        raise ValueError(
+            f"batch sizes differ: q {b}, k {k.shape[0]}, v {v.shape[0]} (axis 0 of each)"
+        )
+    if v.shape[1] != k.shape[1]:
+        raise ValueError(
+            f"k and v must have the same sequence length; got k {k.shape[1]}, v {v.shape[1]} "
+            "(axis 1)"
+        )
+    if v.shape[2] != k.shape[2]:
+        raise ValueError(
+            f"k and v must have the same number of heads; got k {k.shape[2]}, v {v.shape[2]} "
+            "(axis 2)"
+        )
+    if k.shape[3] != d:
+        raise ValueError(
+            f"q and k must have the same head_dim; got q {d}, k {k.shape[3]} (axis 3)"
+        )
+    hkv = k.shape[2]
+    if hkv == 0 or hq % hkv != 0:
+        raise ValueError(
+            f"heads of q ({hq}) must be a multiple of heads of k and v ({hkv}) "
+            "(grouped-query attention)"
+        )
+    for name, dim in (("q/k", d), ("v", v.shape[3])):
+        if not 1 <= dim <= MAX_HEAD_DIM:
+            raise ValueError(
+                f"head_dim of {name} is {dim}; supported head dims are 1..{MAX_HEAD_DIM}"
+            )
+    return AttentionDims(b, sq, k.shape[1], hq, hkv, d, v.shape[3])
+
+
+def check_softmax_scale(softmax_scale: object, head_dim: int) -> float:
+    """Returns the scale as a Python float (default 1/sqrt(head_dim)); raises on bad values."""
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(softmax_scale, jax.core.Tracer):
+        raise ValueError(
+            "softmax_scale must be a static Python number, not a traced value; fold a traced "
+            "scale into q instead"
+        )
+    if isinstance(softmax_scale, bool) or not isinstance(
+        softmax_scale, (numbers.Real, np.ndarray, np.generic)
+    ):
+        raise ValueError(
+            f"softmax_scale must be a positive finite real number or None; got "
+            f"{type(softmax_scale).__name__} {softmax_scale!r}"
+        )
+    if isinstance(softmax_scale, np.ndarray) and softmax_scale.shape != ():
+        raise ValueError(
+            f"softmax_scale must be a scalar; got an array of shape {softmax_scale.shape}"
+        )
+    scale = float(softmax_scale)
+    if not (math.isfinite(scale) and scale > 0.0):
+        raise ValueError(f"softmax_scale must be positive and finite; got {scale}")
+    return scale
+
+
+def check_flag(name: str, value: object) -> bool:
+    """Static boolean options must be real Python/NumPy bools (a traced flag cannot pick a kernel)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{name} must be a Python bool; got {type(value).__name__} {value!r}")
+
+
+def check_cuda_support(dtype: np.dtype, head_dim: int, head_dim_v: int) -> None:
+    """The Hopper kernels' coverage; anything else is a NotImplementedError at trace time."""
+    dtype = jnp.dtype(dtype)
+    if dtype not in CUDA_DTYPES:
+        raise NotImplementedError(
+            f"jax_fa4 on the GPU supports dtypes {_dtype_names(CUDA_DTYPES)}; got {dtype.name}. "
+            "Cast q, k, v to bfloat16 or float16 (float32 runs only on the CPU)"
+        )
+    if head_dim not in CUDA_HEAD_DIMS or head_dim_v != head_dim:
+        raise NotImplementedError(
+            f"jax_fa4 on the GPU supports head_dim in {CUDA_HEAD_DIMS} with v's head_dim equal "
+            f"to q's; got q/k head_dim {head_dim}, v head_dim {head_dim_v}"
+        )
