@@ -1,0 +1,35 @@
+// Host entry point of the Hopper forward kernel (used by cuda/ffi/fwd_cuda.cu and the standalone
+// check in tests/gpu/cuda). No CUDA device code here, so plain C++ can include it.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+namespace fa4::hopper {
+
+enum class FwdDtype { kBf16, kF16 };
+
+// Row-major [batch, seq, heads, head_dim] q/k/v/o; lse is float32 [batch, heads_q, seq_q].
+struct FwdProblem {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;
+  int64_t batch, seq_q, seq_k, heads_q, heads_kv, head_dim;
+  FwdDtype dtype;
+  float softmax_scale;
+  bool causal;
+};
+
+// Validates the problem and enqueues the kernel on `stream`. Returns an empty string on success,
+// else a message saying what was given and what is supported. Never aborts.
+std::string launch_fwd(const FwdProblem& p, cudaStream_t stream);
+
+// One per head dim (fwd_hd64.cu, ...): dispatch on dtype and causal. Called by launch_fwd.
+std::string launch_fwd_hd64(const FwdProblem& p, cudaStream_t stream);
+std::string launch_fwd_hd128(const FwdProblem& p, cudaStream_t stream);
+std::string launch_fwd_hd256(const FwdProblem& p, cudaStream_t stream);
+
+}  // namespace fa4::hopper

@@ -1,0 +1,58 @@
+#include <cudaTypedefs.h>
+
+#include <mutex>
+
+#include "hopper/tensor_map.h"
+
+namespace fa4::hopper {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn(std::string* err) {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static std::string init_err;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                     cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || p == nullptr) {
+      init_err = std::string("cannot find cuTensorMapEncodeTiled in the CUDA driver (") +
+                 cudaGetErrorString(e) + ")";
+      return;
+    }
+    fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  });
+  if (!fn) *err = init_err;
+  return fn;
+}
+
+}  // namespace
+
+std::string make_bshd_tensor_map(CUtensorMap* map, const void* base, bool is_bf16, int64_t batch,
+                                 int64_t seq, int64_t heads, int64_t head_dim, int box_rows) {
+  std::string err;
+  auto encode = encode_fn(&err);
+  if (!encode) return err;
+  const cuuint64_t elem = 2;
+  const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(seq), cuuint64_t(heads),
+                              cuuint64_t(batch)};
+  // Byte strides of dims 1..3 (dim 0 is contiguous).
+  const cuuint64_t strides[3] = {cuuint64_t(heads * head_dim) * elem, cuuint64_t(head_dim) * elem,
+                                 cuuint64_t(seq * heads * head_dim) * elem};
+  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  CUresult r = encode(map, is_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                      4, const_cast<void*>(base), dims, strides, box, elem_strides,
+                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(int(r)) +
+           " (dims " + std::to_string(head_dim) + "x" + std::to_string(seq) + "x" +
+           std::to_string(heads) + "x" + std::to_string(batch) + ", box rows " +
+           std::to_string(box_rows) + ")";
+  }
+  return {};
+}
+
+}  // namespace fa4::hopper
