@@ -34,7 +34,7 @@ fa4_bwd_p.multiple_results = True
 
 
 def _aval_like(like: jax.core.ShapedArray, shape: tuple[int, ...], dtype, axes: Sequence[int]):
-    """An aval of `shape` whose axis i is sharded like axis axes[i] of `like` (keeps manual axes)."""
+    """An aval of `shape` whose axis i is sharded like axis axes[i] of `like`; keeps manual axes."""
     sharding = like.sharding
     spec = getattr(sharding, "spec", None)
     if spec is not None and len(spec) == like.ndim and hasattr(sharding, "update"):

@@ -42,8 +42,8 @@ def attention_reference(
     m = jnp.max(s, axis=-1, keepdims=True)
     m_safe = jnp.where(jnp.isfinite(m), m, 0.0)
     p = jnp.exp(s - m_safe)
-    l = jnp.sum(p, axis=-1, keepdims=True)
-    l_safe = jnp.where(l > 0, l, 1.0)
+    denom = jnp.sum(p, axis=-1, keepdims=True)
+    l_safe = jnp.where(denom > 0, denom, 1.0)
     o = jnp.einsum("bhqk,bkhd->bqhd", p / l_safe, vf)
-    lse = jnp.where(l[..., 0] > 0, jnp.log(l_safe[..., 0]) + m_safe[..., 0], -jnp.inf)
+    lse = jnp.where(denom[..., 0] > 0, jnp.log(l_safe[..., 0]) + m_safe[..., 0], -jnp.inf)
     return o, lse

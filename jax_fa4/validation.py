@@ -71,9 +71,7 @@ def check_qkv(q: jax.Array, k: jax.Array, v: jax.Array) -> AttentionDims:
             "(axis 2)"
         )
     if k.shape[3] != d:
-        raise ValueError(
-            f"q and k must have the same head_dim; got q {d}, k {k.shape[3]} (axis 3)"
-        )
+        raise ValueError(f"q and k must have the same head_dim; got q {d}, k {k.shape[3]} (axis 3)")
     hkv = k.shape[2]
     if hkv == 0 or hq % hkv != 0:
         raise ValueError(
@@ -115,7 +113,7 @@ def check_softmax_scale(softmax_scale: object, head_dim: int) -> float:
 
 
 def check_flag(name: str, value: object) -> bool:
-    """Static boolean options must be real Python/NumPy bools (a traced flag cannot pick a kernel)."""
+    """Static options must be Python/NumPy bools: a traced flag cannot pick a kernel."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     raise ValueError(f"{name} must be a Python bool; got {type(value).__name__} {value!r}")

@@ -95,7 +95,7 @@ JAX_FA4_HOT void forward_block(const float* q, int64_t rows, const float* k, con
 
 // dQ for `rows` query rows against one K/V block.
 JAX_FA4_HOT void backward_dq_block(const float* q, const float* d_o, const float* delta,
-                                   const float* lse2, int64_t rows, const float* k, const float* v,
+                                   const float* dlse, const float* lse2, int64_t rows, const float* k, const float* v,
                                    int64_t cols, int64_t d, int64_t dv, float scale,
                                    float scale_log2, const int64_t* row_key_end, int64_t k0,
                                    float* dq) {
@@ -105,14 +105,15 @@ JAX_FA4_HOT void backward_dq_block(const float* q, const float* d_o, const float
     for (int64_t j = 0; j < visible; ++j) {
       const float p = std::exp2(dot(q + i * d, k + j * d, d) * scale_log2 - lse2[i]);
       const float dp = dot(d_o + i * dv, v + j * dv, dv);
-      axpy(p * (dp - delta[i]) * scale, k + j * d, dq + i * d, d);
+      // (dp - delta) first: it cancels exactly where it should, then the lse cotangent enters.
+      axpy(p * ((dp - delta[i]) + dlse[i]) * scale, k + j * d, dq + i * d, d);
     }
   }
 }
 
 // dK, dV for one K/V block against `rows` query rows.
 JAX_FA4_HOT void backward_dkdv_block(const float* q, const float* d_o, const float* delta,
-                                     const float* lse2, int64_t rows, const float* k,
+                                     const float* dlse, const float* lse2, int64_t rows, const float* k,
                                      const float* v, int64_t cols, int64_t d, int64_t dv,
                                      float scale, float scale_log2, const int64_t* row_key_end,
                                      int64_t k0, float* dk, float* dvv) {
@@ -123,7 +124,7 @@ JAX_FA4_HOT void backward_dkdv_block(const float* q, const float* d_o, const flo
       const float p = std::exp2(dot(q + i * d, k + j * d, d) * scale_log2 - lse2[i]);
       const float dp = dot(d_o + i * dv, v + j * dv, dv);
       axpy(p, d_o + i * dv, dvv + j * dv, dv);
-      axpy(p * (dp - delta[i]) * scale, q + i * d, dk + j * d, d);
+      axpy(p * ((dp - delta[i]) + dlse[i]) * scale, q + i * d, dk + j * d, d);
     }
   }
 }
@@ -186,9 +187,9 @@ void attention_forward(ElementType type, const AttentionShape& s, const Attentio
 
 namespace {
 
-// Per-query-block inputs of the backward: Q, dO, delta = rowsum(dO * O), lse in log2 units.
+// Per-query-block inputs of the backward: Q, dO, delta = rowsum(dO * O), dlse, lse in log2 units.
 struct QBlock {
-  std::vector<float> q, d_o, o, delta, lse2;
+  std::vector<float> q, d_o, o, delta, dlse_r, lse2;
   std::vector<int64_t> kend;
   int64_t rows = 0;
   int64_t block_end = 0;
@@ -203,6 +204,7 @@ struct QBlock {
     d_o.resize(rows * s.head_dim_v);
     o.resize(rows * s.head_dim_v);
     delta.resize(rows);
+    dlse_r.resize(rows);
     lse2.resize(rows);
     kend.resize(rows);
     const int64_t qoff = b * s.seq_q * s.heads_q * s.head_dim * eb;
@@ -216,8 +218,8 @@ struct QBlock {
     block_end = 0;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t row = (b * s.heads_q + h) * s.seq_q + i0 + r;
-      delta[r] = dot(d_o.data() + r * s.head_dim_v, o.data() + r * s.head_dim_v, s.head_dim_v) -
-                 dlse[row];
+      delta[r] = dot(d_o.data() + r * s.head_dim_v, o.data() + r * s.head_dim_v, s.head_dim_v);
+      dlse_r[r] = dlse[row];
       lse2[r] = lse[row] * kLog2e;
       kend[r] = key_end(s, causal, i0 + r);
       block_end = std::max(block_end, kend[r]);
@@ -248,16 +250,20 @@ void attention_backward(ElementType type, const AttentionShape& s, const Attenti
     QBlock blk;
     blk.load(type, s, opts.causal, q, o, d_o, lse, dlse, b, h, qb * kBlockQ);
     std::vector<float> kt(kBlockK * s.head_dim), vt(kBlockK * s.head_dim_v),
-        dqt(blk.rows * s.head_dim, 0.0f);
+        dqt(blk.rows * s.head_dim, 0.0f), part(blk.rows * s.head_dim);
     const char* kb_ptr = static_cast<const char*>(k) + b * kv_batch_stride * s.head_dim * eb;
     const char* vb_ptr = static_cast<const char*>(v) + b * kv_batch_stride * s.head_dim_v * eb;
     for (int64_t k0 = 0; k0 < blk.block_end; k0 += kBlockK) {
       const int64_t cols = std::min(kBlockK, s.seq_k - k0);
       load_rows(type, kb_ptr, s.heads_kv, s.head_dim, hk, k0, cols, kt.data());
       load_rows(type, vb_ptr, s.heads_kv, s.head_dim_v, hk, k0, cols, vt.data());
-      backward_dq_block(blk.q.data(), blk.d_o.data(), blk.delta.data(), blk.lse2.data(),
-                        blk.rows, kt.data(), vt.data(), cols, s.head_dim, s.head_dim_v, scale,
-                        scale_log2, blk.kend.data(), k0, dqt.data());
+      // Each block's sum lands in a zeroed partial first: blocked summation keeps float32 error
+      // growing with the number of blocks, not of keys.
+      std::fill(part.begin(), part.end(), 0.0f);
+      backward_dq_block(blk.q.data(), blk.d_o.data(), blk.delta.data(), blk.dlse_r.data(),
+                        blk.lse2.data(), blk.rows, kt.data(), vt.data(), cols, s.head_dim,
+                        s.head_dim_v, scale, scale_log2, blk.kend.data(), k0, part.data());
+      for (size_t x = 0; x < part.size(); ++x) dqt[x] += part[x];
     }
     char* dqb = static_cast<char*>(dq) + b * s.seq_q * s.heads_q * s.head_dim * eb;
     store_rows(type, dqt.data(), s.heads_q, s.head_dim, h, qb * kBlockQ, blk.rows, dqb);
@@ -271,7 +277,8 @@ void attention_backward(ElementType type, const AttentionShape& s, const Attenti
     const int64_t k0 = kb * kBlockK;
     const int64_t cols = std::min(kBlockK, s.seq_k - k0);
     std::vector<float> kt(cols * s.head_dim), vt(cols * s.head_dim_v),
-        dkt(cols * s.head_dim, 0.0f), dvt(cols * s.head_dim_v, 0.0f);
+        dkt(cols * s.head_dim, 0.0f), dvt(cols * s.head_dim_v, 0.0f), dk_part(cols * s.head_dim),
+        dv_part(cols * s.head_dim_v);
     const char* kb_ptr = static_cast<const char*>(k) + b * kv_batch_stride * s.head_dim * eb;
     const char* vb_ptr = static_cast<const char*>(v) + b * kv_batch_stride * s.head_dim_v * eb;
     load_rows(type, kb_ptr, s.heads_kv, s.head_dim, hk, k0, cols, kt.data());
@@ -283,9 +290,14 @@ void attention_backward(ElementType type, const AttentionShape& s, const Attenti
     for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
       for (int64_t i0 = (first_q / kBlockQ) * kBlockQ; i0 < s.seq_q; i0 += kBlockQ) {
         blk.load(type, s, opts.causal, q, o, d_o, lse, dlse, b, h, i0);
-        backward_dkdv_block(blk.q.data(), blk.d_o.data(), blk.delta.data(), blk.lse2.data(),
-                            blk.rows, kt.data(), vt.data(), cols, s.head_dim, s.head_dim_v,
-                            scale, scale_log2, blk.kend.data(), k0, dkt.data(), dvt.data());
+        std::fill(dk_part.begin(), dk_part.end(), 0.0f);
+        std::fill(dv_part.begin(), dv_part.end(), 0.0f);
+        backward_dkdv_block(blk.q.data(), blk.d_o.data(), blk.delta.data(), blk.dlse_r.data(),
+                            blk.lse2.data(), blk.rows, kt.data(), vt.data(), cols, s.head_dim,
+                            s.head_dim_v, scale, scale_log2, blk.kend.data(), k0, dk_part.data(),
+                            dv_part.data());
+        for (size_t x = 0; x < dk_part.size(); ++x) dkt[x] += dk_part[x];
+        for (size_t x = 0; x < dv_part.size(); ++x) dvt[x] += dv_part[x];
       }
     }
     char* dkb = static_cast<char*>(dk) + b * kv_batch_stride * s.head_dim * eb;

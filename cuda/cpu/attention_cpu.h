@@ -30,8 +30,8 @@ struct AttentionOptions {
 void attention_forward(ElementType type, const AttentionShape& shape, const AttentionOptions& opts,
                        const void* q, const void* k, const void* v, void* o, float* lse);
 
-// dlse is the cotangent of lse (zeros when only o is differentiated): it enters as
-// delta = rowsum(dO * O) - dlse, since d lse_i / d s_ij = P_ij.
+// dlse is the cotangent of lse (zeros when only o is differentiated): since d lse_i / d s_ij = P_ij,
+// dS_ij = P_ij * (dP_ij - rowsum(dO * O)_i + dlse_i).
 void attention_backward(ElementType type, const AttentionShape& shape,
                         const AttentionOptions& opts, const void* q, const void* k, const void* v,
                         const void* o, const float* lse, const void* d_o,
