@@ -1,0 +1,621 @@
+"""Side-by-side attention benchmark on one GPU (shared/DESIGN.md section 6).
+
+Times ``jax_fa4.attention`` beside cuDNN (``jax.nn.dot_product_attention(implementation="cudnn")``),
+FlashAttention-3 (the ``flash-attn3-jax`` wheel, head dim 128 kernels only) and plain XLA
+(``jax.nn.dot_product_attention(implementation="xla")``), all in one process, on the
+FlashAttention-3 grid: bf16, 16k tokens per batch (batch = 16384 // seq), hidden 2048
+(heads = 2048 // head_dim), head dims 64/128/256, seq 512..16384, causal and not, forward and
+backward.
+
+FLOPs are counted as FlashAttention does: forward 4*b*h*s*s*d, halved when causal; backward 2.5x
+the forward count. A cell's TFLOP/s is that count divided by the measured time per call.
+
+Timing. Each measurement compiles one ``jax.jit`` function that runs a chain of N calls in which
+every call's output is the next call's query (``q = attention(q, k, v)``), so the calls are
+serialised by a true data dependency and the host's launch overhead is paid once per chain, not
+per call. N is chosen per cell so that a chain holds about ``--chain-flops`` forward FLOPs
+(at least 2 calls, at most 32). The chain is run once to warm up, then ``--repeats`` times with
+``block_until_ready``; the median is taken. The backward chain is the same chain where each step
+is ``jax.vjp`` of the call plus the pullback of a fixed random cotangent (every step's dq, dk and
+dv are outputs of the jit, so no part of the backward can be dropped as dead code); backward time
+per call = (fwd+bwd chain - forward chain) / N.
+
+Any implementation that fails in a cell (unsupported shape or head dim, out of memory,
+NotImplementedError for a backward that does not exist yet, missing package) records null for that
+cell, prints a one-line reason and the run goes on. Results are rewritten to ``--out`` after every
+cell, so an interrupted run still leaves its measured cells behind. Cells of the fast
+implementations run first and the slow XLA reference last, so that ``--max-seconds`` drops the
+least important cells when time runs short.
+
+Usage (GPU):  python benchmarks/bench_attention.py --out results.json
+Usage (CPU smoke test, seconds):  python benchmarks/bench_attention.py --smoke --impls jax_fa4,xla
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# The XLA reference materialises seq x seq scores; give the allocator room for it (the user's own
+# setting wins). Must happen before jax is imported.
+os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.90")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+ALL_IMPLS = ("jax_fa4", "cudnn", "fa3", "xla")
+# Implementations timed in the first pass; "xla" (slow, reference only) runs after all of them.
+SLOW_IMPLS = ("xla",)
+# The slow reference runs ~5x slower, so its chains hold 5x fewer FLOPs (shorter compiles, same
+# chain duration): a chain of the fast implementations lasts a few ms at ~500 TFLOP/s.
+SLOW_CHAIN_FACTOR = 0.2
+FA3_HEAD_DIMS = (128,)
+MAX_CHAIN = 32
+MIN_CHAIN = 2
+
+AttnFn = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
+
+
+# ----------------------------------------------------------------------------------------------
+# Environment and versions
+# ----------------------------------------------------------------------------------------------
+
+
+def _nvidia_smi() -> tuple[str | None, str | None]:
+    """(GPU name, driver version) from nvidia-smi, or (None, None) when it is unavailable."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None, None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    first = out.strip().splitlines()[0] if out.strip() else ""
+    parts = [p.strip() for p in first.split(",")]
+    if len(parts) >= 2:
+        return parts[0] or None, parts[1] or None
+    return None, None
+
+
+def _format_cudnn(v: int) -> str:
+    """cuDNN's integer version as 'major.minor.patch'.
+
+    cuDNN 9 encodes it as M*10000 + m*100 + p, cuDNN 8 as M*1000 + m*100 + p.
+    """
+    if v >= 10000:
+        return f"{v // 10000}.{(v % 10000) // 100}.{v % 100}"
+    return f"{v // 1000}.{(v % 1000) // 100}.{v % 100}"
+
+
+def _cudnn_version() -> str | None:
+    """The cuDNN version that jax's CUDA plugin loaded, or None (no plugin, CPU-only jax, ...)."""
+    try:
+        from jax._src.lib import cuda_versions  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    if cuda_versions is None:
+        return None
+    try:
+        return _format_cudnn(int(cuda_versions.cudnn_get_version()))
+    except Exception:
+        return None
+
+
+def environment() -> dict[str, Any]:
+    """GPU, driver, jax, jaxlib and cuDNN versions plus the date, as the JSON header."""
+    gpu, driver = _nvidia_smi()
+    if gpu is None:
+        try:
+            gpu = jax.devices()[0].device_kind
+        except Exception:
+            gpu = None
+    try:
+        import jaxlib
+
+        jaxlib_version: str | None = jaxlib.__version__
+    except Exception:
+        jaxlib_version = None
+    return {
+        "gpu": gpu,
+        "driver": driver,
+        "jax": jax.__version__,
+        "jaxlib": jaxlib_version,
+        "cudnn": _cudnn_version(),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Implementations
+# ----------------------------------------------------------------------------------------------
+
+
+def make_impl(name: str, causal: bool, head_dim: int) -> AttnFn:
+    """The attention function of one implementation; raises (with a reason) if it cannot run."""
+    if name == "jax_fa4":
+        import jax_fa4
+
+        def fa4(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+            return jax_fa4.attention(q, k, v, causal=causal)
+
+        return fa4
+    if name in ("cudnn", "xla"):
+
+        def nn(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+            return jax.nn.dot_product_attention(q, k, v, is_causal=causal, implementation=name)
+
+        return nn
+    if name == "fa3":
+        if head_dim not in FA3_HEAD_DIMS:
+            raise _Skip(f"the flash-attn3-jax wheel ships head dim {FA3_HEAD_DIMS} kernels only")
+        from flash_attn3_jax import flash_mha
+
+        def fa3(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+            return flash_mha(q, k, v, is_causal=causal)
+
+        return fa3
+    raise ValueError(f"unknown implementation {name!r}; known: {', '.join(ALL_IMPLS)}")
+
+
+class _Skip(Exception):
+    """A cell that is not attempted, with the reason as the message."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Chains and timing
+# ----------------------------------------------------------------------------------------------
+
+
+def fwd_flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool) -> float:
+    """FlashAttention's forward FLOP count: 4*b*h*s*s*d, halved when causal."""
+    f = 4.0 * batch * heads * seq * seq * head_dim
+    return f / 2 if causal else f
+
+
+def chain_length(flops_per_call: float, chain_flops: float) -> int:
+    """Calls per chain so that the chain holds about chain_flops forward FLOPs."""
+    return max(MIN_CHAIN, min(MAX_CHAIN, math.ceil(chain_flops / flops_per_call)))
+
+
+def fwd_chain(attn: AttnFn, n: int) -> Callable[..., jax.Array]:
+    """n forward calls, each call's output feeding the next call's q."""
+
+    def run(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+        for _ in range(n):
+            q = attn(q, k, v).astype(q.dtype)
+        return q
+
+    return run
+
+
+def fwd_bwd_chain(attn: AttnFn, n: int) -> Callable[..., Any]:
+    """n (forward + backward) steps: the forward's output is the next step's q, exactly as in
+    fwd_chain; every step's (dq, dk, dv) is returned so that none of the backward is dead code."""
+
+    def run(q: jax.Array, k: jax.Array, v: jax.Array, do: jax.Array) -> Any:
+        grads = []
+        for _ in range(n):
+            o, pullback = jax.vjp(attn, q, k, v)
+            grads.append(pullback(do.astype(o.dtype)))
+            q = o.astype(q.dtype)
+        return q, grads
+
+    return run
+
+
+def time_compiled(fn: Callable[..., Any], args: Sequence[jax.Array], repeats: int) -> float:
+    """Median wall time of fn(*args) over `repeats` runs after one warm-up run, in seconds."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        jax.block_until_ready(out)
+        times.append(time.perf_counter() - t0)
+        del out
+    return statistics.median(times)
+
+
+def compile_fn(fn: Callable[..., Any], args: Sequence[jax.Array]) -> Callable[..., Any]:
+    """Ahead-of-time compile, so that failures surface here and compile time stays out of timing."""
+    return jax.jit(fn).lower(*args).compile()
+
+
+def matmul_tflops(n: int = 8192, chain: int = 10, repeats: int = 5) -> float:
+    """bf16 n^3 matmul chain TFLOP/s: the practical tensor-core ceiling of this GPU, this run."""
+    ka, kb = jax.random.split(jax.random.key(1))
+    a = jax.random.normal(ka, (n, n), jnp.float32).astype(jnp.bfloat16)
+    b = (jax.random.normal(kb, (n, n), jnp.float32) / math.sqrt(n)).astype(jnp.bfloat16)
+
+    def run(x: jax.Array, w: jax.Array) -> jax.Array:
+        for _ in range(chain):
+            x = x @ w  # w is scaled so that x keeps unit magnitude: random data, no overflow
+        return x
+
+    f = compile_fn(run, (a, b))
+    return 2.0 * n**3 * chain / time_compiled(f, (a, b), repeats) / 1e12
+
+
+def short_reason(e: BaseException) -> str:
+    """One line saying why a cell failed."""
+    msg = str(e).strip().splitlines()
+    text = msg[0] if msg else ""
+    for line in msg:  # out-of-memory errors put the useful part on their first line already
+        if "RESOURCE_EXHAUSTED" in line or "Out of memory" in line:
+            text = line
+            break
+    text = text if len(text) <= 200 else text[:197] + "..."
+    return f"{type(e).__name__}: {text}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Grid
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the grid."""
+
+    head_dim: int
+    seq: int
+    causal: bool
+    batch: int
+    heads: int
+
+
+@dataclass
+class Settings:
+    """Run-wide knobs."""
+
+    dtype: Any
+    repeats: int
+    chain_flops: float
+    do_bwd: bool
+    deadline: float  # time.perf_counter() value after which no new cell starts
+    verbose: bool
+
+
+def make_inputs(cell: Cell, dtype: Any, seed: int = 0) -> tuple[jax.Array, ...]:
+    """Random q, k, v and cotangent, standard normal, in the benchmark's dtype."""
+    shape = (cell.batch, cell.seq, cell.heads, cell.head_dim)
+    keys = jax.random.split(jax.random.key(seed), 4)
+    return tuple(jax.random.normal(kk, shape, jnp.float32).astype(dtype) for kk in keys)
+
+
+def measure(impl: str, cell: Cell, st: Settings) -> tuple[float | None, float | None, str]:
+    """(fwd TFLOP/s, bwd TFLOP/s, note) of one implementation in one cell (None: not measured)."""
+    if time.perf_counter() > st.deadline:
+        return None, None, "skipped: --max-seconds budget spent"
+    try:
+        attn = make_impl(impl, cell.causal, cell.head_dim)
+    except _Skip as e:
+        return None, None, f"skipped: {e}"
+    except Exception as e:
+        return None, None, f"unavailable: {short_reason(e)}"
+
+    flops = fwd_flops(cell.batch, cell.heads, cell.seq, cell.head_dim, cell.causal)
+    n = chain_length(flops, st.chain_flops * (SLOW_CHAIN_FACTOR if impl in SLOW_IMPLS else 1.0))
+    q, k, v, do = make_inputs(cell, st.dtype)
+    notes = [f"chain {n}"]
+
+    t_fwd: float | None = None
+    try:
+        t0 = time.perf_counter()
+        f = compile_fn(fwd_chain(attn, n), (q, k, v))
+        t_compile = time.perf_counter() - t0
+        t_fwd = time_compiled(f, (q, k, v), st.repeats) / n
+        del f
+        notes.append(f"fwd {t_fwd * 1e3:.3f} ms (compile {t_compile:.1f} s)")
+    except Exception as e:
+        if st.verbose:
+            traceback.print_exc()
+        return None, None, f"fwd failed: {short_reason(e)}"
+
+    fwd_tf = flops / t_fwd / 1e12
+    bwd_tf: float | None = None
+    if not st.do_bwd:
+        pass
+    elif time.perf_counter() > st.deadline:
+        notes.append("bwd skipped: --max-seconds budget spent")
+    else:
+        try:
+            t0 = time.perf_counter()
+            g = compile_fn(fwd_bwd_chain(attn, n), (q, k, v, do))
+            t_compile = time.perf_counter() - t0
+            t_fb = time_compiled(g, (q, k, v, do), st.repeats) / n
+            del g
+            t_bwd = t_fb - t_fwd
+            if t_bwd > 0:
+                bwd_tf = 2.5 * flops / t_bwd / 1e12
+                notes.append(f"bwd {t_bwd * 1e3:.3f} ms (compile {t_compile:.1f} s)")
+            else:
+                notes.append(f"bwd not measurable: fwd+bwd {t_fb * 1e3:.3f} ms <= fwd")
+        except Exception as e:
+            if st.verbose:
+                traceback.print_exc()
+            notes.append(f"bwd failed: {short_reason(e)}")
+    del q, k, v, do
+    return fwd_tf, bwd_tf, "; ".join(notes)
+
+
+def grid(
+    head_dims: Sequence[int], seqs: Sequence[int], causals: Sequence[bool], tokens: int, hidden: int
+) -> list[Cell]:
+    """Cells in (head_dim, causal, seq) order; batch and heads from the token and hidden totals."""
+    cells = []
+    for d in head_dims:
+        for c in causals:
+            for s in seqs:
+                cells.append(Cell(d, s, c, batch=max(1, tokens // s), heads=max(1, hidden // d)))
+    return cells
+
+
+# ----------------------------------------------------------------------------------------------
+# Output
+# ----------------------------------------------------------------------------------------------
+
+
+def _round(x: float | None) -> float | None:
+    """Four significant digits (enough for TFLOP/s, and tiny CPU smoke figures stay non-zero)."""
+    return None if x is None else float(f"{x:.4g}")
+
+
+def _fmt_tf(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x >= 100:
+        return f"{x:.0f}"
+    if x >= 1:
+        return f"{x:.1f}"
+    return f"{x:.3g}"
+
+
+def table(records: list[dict[str, Any]], impls: Sequence[str], key: str) -> str:
+    """A markdown table of `key` ("fwd_tflops" or "bwd_tflops") per cell, with jax_fa4/cudnn."""
+    by_cell: dict[tuple[int, bool, int], dict[str, float | None]] = {}
+    for r in records:
+        by_cell.setdefault((r["head_dim"], r["causal"], r["seq"]), {})[r["impl"]] = r[key]
+    ratio = "jax_fa4" in impls and "cudnn" in impls
+    head = ["head dim", "causal", "seq", *impls] + (["jax_fa4/cudnn"] if ratio else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (d, c, s), vals in sorted(by_cell.items()):
+        row = [str(d), "yes" if c else "no", str(s)] + [_fmt_tf(vals.get(i)) for i in impls]
+        if ratio:
+            a, b = vals.get("jax_fa4"), vals.get("cudnn")
+            row.append(f"{a / b:.2f}x" if a is not None and b else "-")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def write_json(path: str | None, env: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    """Write the header and records, atomically (rename), so a killed run leaves valid JSON."""
+    if not path:
+        return
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump({**env, "records": records}, fh, indent=1)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------------------
+# Main
+# ----------------------------------------------------------------------------------------------
+
+
+def _int_list(text: str) -> list[int]:
+    out = []
+    for t in text.split(","):
+        t = t.strip().lower()
+        if not t:
+            continue
+        mult = 1
+        if t.endswith("k"):
+            t, mult = t[:-1], 1024
+        out.append(int(t) * mult)
+    return out
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument(
+        "--impls",
+        default=",".join(ALL_IMPLS),
+        help=f"comma-separated subset of {','.join(ALL_IMPLS)} (default: all)",
+    )
+    p.add_argument("--head-dims", default=None, help="comma-separated (default 64,128,256)")
+    p.add_argument(
+        "--seqs", default=None, help="comma-separated, 'k' = 1024 (default 512,1k,2k,4k,8k,16k)"
+    )
+    p.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    p.add_argument("--no-bwd", action="store_true", help="forward only")
+    p.add_argument("--out", default=None, help="JSON output path (rewritten after every cell)")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes that run on a CPU in seconds (checks the script, not speed)",
+    )
+    p.add_argument("--tokens", type=int, default=None, help="tokens per batch (default 16384)")
+    p.add_argument("--hidden", type=int, default=None, help="heads*head_dim (default 2048)")
+    p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
+    p.add_argument("--repeats", type=int, default=None, help="timed runs per chain (default 5)")
+    p.add_argument(
+        "--chain-flops",
+        type=float,
+        default=None,
+        help="forward FLOPs per chain; sets the chain length (default 2e12)",
+    )
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=330.0,
+        help="start no new cell after this many seconds (default 330); 0 = no limit",
+    )
+    p.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=180.0,
+        help="a cell (one impl, fwd and bwd) running longer than this is taken for a hang: the "
+        "tables so far are printed and the process exits with status 3 (default 180; 0 = off)",
+    )
+    p.add_argument(
+        "--no-matmul", action="store_true", help="skip the bf16 8192^3 matmul ceiling line"
+    )
+    p.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    t_start = time.perf_counter()
+    asked = [i.strip() for i in args.impls.split(",") if i.strip()]
+    unknown = [i for i in asked if i not in ALL_IMPLS]
+    if unknown or not asked:
+        print(f"bad --impls {args.impls!r}; known: {', '.join(ALL_IMPLS)}", file=sys.stderr)
+        return 2
+    impls = [i for i in ALL_IMPLS if i in asked]  # canonical order: columns and records
+
+    if args.smoke:
+        head_dims, seqs, tokens, hidden = [64], [128, 256], 512, 128
+        repeats, chain_flops = 2, 1.0
+    else:
+        head_dims, seqs, tokens, hidden = (
+            [64, 128, 256],
+            [512, 1024, 2048, 4096, 8192, 16384],
+            16384,
+            2048,
+        )
+        repeats, chain_flops = 5, 2e12
+    if args.head_dims:
+        head_dims = _int_list(args.head_dims)
+    if args.seqs:
+        seqs = _int_list(args.seqs)
+    tokens = args.tokens or tokens
+    hidden = args.hidden or hidden
+    repeats = args.repeats or repeats
+    chain_flops = args.chain_flops or chain_flops
+    causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
+
+    st = Settings(
+        dtype=jnp.dtype(args.dtype),
+        repeats=repeats,
+        chain_flops=chain_flops,
+        do_bwd=not args.no_bwd,
+        deadline=t_start + args.max_seconds if args.max_seconds > 0 else math.inf,
+        verbose=args.verbose,
+    )
+    env = environment()
+    print(f"# {json.dumps(env)}", flush=True)
+    print(f"# devices: {jax.devices()}", flush=True)
+    print(
+        f"# impls {impls}; head dims {head_dims}; seqs {seqs}; causal {causals}; "
+        f"tokens {tokens}; hidden {hidden}; dtype {args.dtype}; repeats {repeats}; "
+        f"chain {chain_flops:.3g} FLOPs; bwd {st.do_bwd}; max {args.max_seconds:.0f} s",
+        flush=True,
+    )
+
+    if not args.smoke and not args.no_matmul and jax.devices()[0].platform == "gpu":
+        try:
+            print(f"# matmul bf16 8192^3 chain: {matmul_tflops():.0f} TFLOP/s", flush=True)
+        except Exception as e:
+            print(f"# matmul failed: {short_reason(e)}", flush=True)
+
+    cells = grid(head_dims, seqs, causals, tokens, hidden)
+    fast = [i for i in impls if i not in SLOW_IMPLS]
+    slow = [i for i in impls if i in SLOW_IMPLS]
+    # Pass 1: every cell with the fast implementations side by side; pass 2: the slow reference.
+    order = [(c, i) for c in cells for i in fast] + [(c, i) for c in cells for i in slow]
+    results: dict[tuple[Cell, str], dict[str, Any]] = {}
+
+    def records() -> list[dict[str, Any]]:
+        """Records in grid order (cell, then impl in canonical order)."""
+        return [results[(c, i)] for c in cells for i in impls if (c, i) in results]
+
+    def report() -> None:
+        recs = records()
+        write_json(args.out, env, recs)
+        print()
+        print(f"## Forward TFLOP/s ({env['gpu']}, jax {env['jax']}, cuDNN {env['cudnn']})")
+        print()
+        print(table(recs, impls, "fwd_tflops"))
+        if st.do_bwd:
+            print()
+            print("## Backward TFLOP/s (2.5x forward FLOPs / (fwd+bwd time - fwd time))")
+            print()
+            print(table(recs, impls, "bwd_tflops"))
+        print()
+        print(
+            f"# total {time.perf_counter() - t_start:.1f} s"
+            + (f"; wrote {args.out}" if args.out else ""),
+            flush=True,
+        )
+
+    def hung(what: str) -> None:
+        print(
+            f"!! {what} ran past --cell-timeout {args.cell_timeout:g} s: taken for a hang; "
+            "reporting what was measured and exiting with status 3",
+            flush=True,
+        )
+        report()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(3)
+
+    for cell, impl in order:
+        what = f"{impl} d={cell.head_dim} s={cell.seq} causal={cell.causal}"
+        watchdog = None
+        if args.cell_timeout > 0:
+            watchdog = threading.Timer(args.cell_timeout, hung, (what,))
+            watchdog.daemon = True
+            watchdog.start()
+        fwd_tf, bwd_tf, note = measure(impl, cell, st)
+        if watchdog is not None:
+            watchdog.cancel()
+        results[(cell, impl)] = {
+            "impl": impl,
+            "head_dim": cell.head_dim,
+            "seq": cell.seq,
+            "batch": cell.batch,
+            "heads": cell.heads,
+            "causal": cell.causal,
+            "fwd_tflops": _round(fwd_tf),
+            "bwd_tflops": _round(bwd_tf),
+        }
+        elapsed = time.perf_counter() - t_start
+        print(
+            f"[{elapsed:6.1f} s] {impl:8s} d={cell.head_dim:<3d} s={cell.seq:<5d} "
+            f"b={cell.batch:<3d} h={cell.heads:<3d} causal={'yes' if cell.causal else 'no ':3s} "
+            f"fwd {_fmt_tf(fwd_tf):>6s} bwd {_fmt_tf(bwd_tf):>6s} TFLOP/s | {note}",
+            flush=True,
+        )
+        write_json(args.out, env, records())  # after every cell: a killed run keeps its data
+        jax.clear_caches()
+
+    report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
