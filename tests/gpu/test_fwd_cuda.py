@@ -85,6 +85,39 @@ def _check(tag, q, k, v, causal, o, lse):
     assert_close_by_rule(f"lse {tag}", lse, lse64, lse_x.astype(jnp.float32), dtype)
 
 
+_REGISTRATION_WORKAROUND = []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cuda_target_registered():
+    """Makes sure XLA can find "jax_fa4_fwd_cuda" before any test runs.
+
+    jaxlib files a registration under the platform name it is given, and its GPU client reads the
+    one filed under "CUDA"; a registration under "cuda" is never seen ("No FFI handler registered
+    for jax_fa4_fwd_cuda on a platform CUDA"). If jax_fa4/_ffi.py registered it under "cuda", we
+    register it again under "CUDA" so the kernel can still be tested, and
+    test_ffi_registration_reaches_the_gpu_client reports the bug.
+    """
+    q = jax.random.normal(jax.random.key(0), (1, 8, 1, 64), jnp.float32).astype(jnp.bfloat16)
+    try:
+        jax.block_until_ready(jax_fa4.attention(q, q, q))
+    except jax.errors.JaxRuntimeError as err:
+        if "No FFI handler registered" not in str(err):
+            raise
+        for name, capsule in _ffi._jax_fa4_ext.registrations()["cuda"].items():
+            jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
+        _REGISTRATION_WORKAROUND.append(str(err).splitlines()[0])
+    yield
+
+
+def test_ffi_registration_reaches_the_gpu_client():
+    assert not _REGISTRATION_WORKAROUND, (
+        "jax_fa4._ffi registered the CUDA targets under a platform name XLA's GPU client does not "
+        "read (register with platform='CUDA', not 'cuda'); the tests re-registered them. Error: "
+        + _REGISTRATION_WORKAROUND[0]
+    )
+
+
 def test_extension_has_the_cuda_kernel():
     assert _ffi.built_with_cuda(), "jax_fa4 was built without nvcc: no CUDA kernels"
     assert _ffi.has_target("jax_fa4_fwd_cuda", "cuda")
