@@ -1,0 +1,647 @@
+"""Train a small byte-level decoder-only transformer (flax.nnx) whose attention is jax_fa4.
+
+The corpus is one every machine has offline: the ``.py`` sources of the Python standard library of
+the running interpreter (``sysconfig.get_paths()["stdlib"]``, without ``site-packages``). Files
+are split by a hash of their relative path into a training set and a held-out set (about 5%), so
+the split is the same on every run and every machine with the same Python version.
+
+The model: byte embeddings (256 symbols) plus learned positions, pre-LayerNorm blocks of
+``nnx.MultiHeadAttention`` (its ``attention_fn`` is ``jax_fa4.flax.make_attention_fn(causal=True)``,
+or ``jax.nn.dot_product_attention`` with ``--attention jax_nn``) and a GELU MLP, a float32
+residual stream, sublayers computing in ``--dtype`` (bfloat16 on a GPU, float32 on the CPU by
+default), logits tied to the embedding. AdamW with warm-up and cosine decay, gradient clipping.
+
+Outputs under ``--out``: ``loss.png`` (training and held-out loss), ``metrics.json`` (losses, eval
+losses, tokens/s, a generated sample), ``checkpoints/`` (orbax; ``--resume`` continues from the
+newest). With ``--compare`` both attention variants train from the same initial weights on the same
+batches: ``<out>/jax_fa4/``, ``<out>/jax_nn/``, and ``compare.png`` + ``compare.json`` side by side.
+
+Examples::
+
+    python3 examples/train_byte_lm.py --tiny --out /tmp/byte_lm          # CPU, under a minute
+    python3 examples/train_byte_lm.py --compare --steps 1000 --out runs/byte_lm_h200   # GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import pathlib
+import sys
+import sysconfig
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from flax import nnx
+from tqdm import tqdm
+
+import jax_fa4
+from jax_fa4.flax import make_attention_fn
+
+ATTENTIONS = ("jax_fa4", "jax_nn")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Everything that defines a run (written into metrics.json)."""
+
+    attention: str = "jax_fa4"
+    steps: int = 1000
+    batch_size: int = 32
+    seq_len: int = 1024
+    d_model: int = 512
+    num_heads: int = 4  # head_dim = d_model // num_heads = 128 (the GPU kernel: 64, 128, 256)
+    num_layers: int = 6
+    mlp_ratio: int = 4
+    dtype: str = "auto"  # "auto": bfloat16 on a GPU, float32 on the CPU
+    learning_rate: float = 1e-3
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int = 100
+    eval_batches: int = 8
+    ckpt_every: int = 500
+    seed: int = 0
+    heldout_percent: float = 5.0
+    max_corpus_mb: float | None = None  # read only this much of the standard library
+    jax_nn_implementation: str | None = None  # None: jax.nn picks (cuDNN on a GPU when it can)
+    sample_bytes: int = 200
+    progress: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    def compute_dtype(self) -> jnp.dtype:
+        """The dtype the sublayers compute in (parameters stay float32)."""
+        if self.dtype == "auto":
+            return jnp.dtype(jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16)
+        return jnp.dtype(self.dtype)
+
+
+# --tiny: a CI-sized run (a few seconds of training on two CPU cores).
+TINY = dict(
+    steps=40,
+    batch_size=8,
+    seq_len=128,
+    d_model=64,
+    num_heads=2,
+    num_layers=2,
+    learning_rate=3e-3,
+    warmup_steps=5,
+    eval_every=10,
+    eval_batches=2,
+    ckpt_every=20,
+    max_corpus_mb=4.0,
+    sample_bytes=48,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+    """The standard library's sources as bytes, split by file into train and held-out."""
+
+    train: np.ndarray  # uint8
+    heldout: np.ndarray  # uint8
+    root: str
+    train_files: int
+    heldout_files: int
+
+
+def _path_hash(rel: str) -> int:
+    return int.from_bytes(hashlib.sha1(rel.encode()).digest()[:8], "little")
+
+
+def load_stdlib_corpus(heldout_percent: float = 5.0, max_mb: float | None = None) -> Corpus:
+    """Reads the running interpreter's standard library ``.py`` files (not site-packages).
+
+    Files are visited in the order of a hash of their relative path (a deterministic shuffle), up
+    to ``max_mb`` megabytes; a file goes to the held-out set when its hash falls in the lowest
+    ``heldout_percent`` percent.
+    """
+    root = pathlib.Path(sysconfig.get_paths()["stdlib"])
+    rels = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in ("site-packages", "dist-packages"))
+        for name in filenames:
+            if name.endswith(".py"):
+                rels.append((pathlib.Path(dirpath) / name).relative_to(root).as_posix())
+    if not rels:
+        raise RuntimeError(f"no .py files under the standard library directory {root}")
+    rels.sort(key=_path_hash)
+    budget = math.inf if max_mb is None else max_mb * 1e6
+    train, heldout, size = [], [], 0
+    for rel in rels:
+        if size >= budget:
+            break
+        try:
+            data = (root / rel).read_bytes()
+        except OSError:
+            continue
+        size += len(data)
+        is_heldout = _path_hash(rel) % 10_000 < heldout_percent * 100
+        (heldout if is_heldout else train).append(data)
+    if not heldout:  # a tiny budget may draw no held-out file: hold out the last one read
+        heldout.append(train.pop())
+    return Corpus(
+        train=np.frombuffer(b"".join(train), np.uint8),
+        heldout=np.frombuffer(b"".join(heldout), np.uint8),
+        root=str(root),
+        train_files=len(train),
+        heldout_files=len(heldout),
+    )
+
+
+def train_batch(data: np.ndarray, step: int, cfg: Config) -> np.ndarray:
+    """Random windows of seq_len + 1 bytes; a function of (seed, step) only, so resumable."""
+    rng = np.random.default_rng([cfg.seed, step])
+    starts = rng.integers(0, len(data) - cfg.seq_len - 1, size=cfg.batch_size)
+    return data[starts[:, None] + np.arange(cfg.seq_len + 1)].astype(np.int32)
+
+
+def eval_batches(data: np.ndarray, cfg: Config) -> list[np.ndarray]:
+    """Fixed, evenly spaced windows of the held-out set."""
+    n = cfg.eval_batches * cfg.batch_size
+    if len(data) < cfg.seq_len + 2:
+        raise ValueError(
+            f"held-out set has {len(data)} bytes, fewer than seq_len + 2 = {cfg.seq_len + 2}; "
+            "raise --max-corpus-mb"
+        )
+    starts = np.linspace(0, len(data) - cfg.seq_len - 2, n).astype(np.int64)
+    windows = data[starts[:, None] + np.arange(cfg.seq_len + 1)].astype(np.int32)
+    return list(windows.reshape(cfg.eval_batches, cfg.batch_size, cfg.seq_len + 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+
+
+def jax_nn_causal_attention(implementation: str | None = None) -> Callable[..., jax.Array]:
+    """The baseline ``attention_fn``: ``jax.nn.dot_product_attention(..., is_causal=True)``.
+
+    It accepts what ``nnx.MultiHeadAttention`` passes and refuses what this model never uses.
+    """
+
+    def attention_fn(
+        query: jax.Array,
+        key: jax.Array,
+        value: jax.Array,
+        *,
+        mask: jax.Array | None = None,
+        dropout_rate: float = 0.0,
+        module: Any = None,
+        dtype: Any = None,
+        **_unused: Any,  # dropout_rng, deterministic, broadcast_dropout, precision, is_causal
+    ) -> jax.Array:
+        if mask is not None or dropout_rate or module is not None:
+            raise NotImplementedError("the example's baseline takes no mask, dropout or sow")
+        if dtype is not None:
+            query, key, value = (x.astype(dtype) for x in (query, key, value))
+        return jax.nn.dot_product_attention(
+            query, key, value, is_causal=True, implementation=implementation
+        )
+
+    return attention_fn
+
+
+def attention_fn_for(cfg: Config) -> Callable[..., jax.Array]:
+    if cfg.attention == "jax_fa4":
+        return make_attention_fn(causal=True)
+    if cfg.attention == "jax_nn":
+        return jax_nn_causal_attention(cfg.jax_nn_implementation)
+    raise ValueError(f"attention must be one of {ATTENTIONS}; got {cfg.attention!r}")
+
+
+class Block(nnx.Module):
+    """Pre-LayerNorm transformer block: causal self-attention and a GELU MLP."""
+
+    def __init__(self, cfg: Config, attention_fn: Callable[..., jax.Array], *, rngs: nnx.Rngs):
+        dtype = cfg.compute_dtype()
+        d = cfg.d_model
+        self.ln1 = nnx.LayerNorm(d, rngs=rngs)
+        self.attn = nnx.MultiHeadAttention(
+            num_heads=cfg.num_heads,
+            in_features=d,
+            dtype=dtype,
+            use_bias=False,
+            decode=False,
+            attention_fn=attention_fn,
+            rngs=rngs,
+        )
+        self.ln2 = nnx.LayerNorm(d, rngs=rngs)
+        self.fc1 = nnx.Linear(d, cfg.mlp_ratio * d, dtype=dtype, rngs=rngs)
+        self.fc2 = nnx.Linear(cfg.mlp_ratio * d, d, dtype=dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x + self.attn(self.ln1(x)).astype(x.dtype)
+        return x + self.fc2(nnx.gelu(self.fc1(self.ln2(x)))).astype(x.dtype)
+
+
+class ByteLM(nnx.Module):
+    """Decoder-only byte-level language model; logits tied to the byte embedding."""
+
+    def __init__(self, cfg: Config, attention_fn: Callable[..., jax.Array], *, rngs: nnx.Rngs):
+        if cfg.d_model % cfg.num_heads:
+            raise ValueError(f"d_model {cfg.d_model} is not a multiple of heads {cfg.num_heads}")
+        self.embed = nnx.Embed(256, cfg.d_model, rngs=rngs)
+        self.pos = nnx.Embed(cfg.seq_len, cfg.d_model, rngs=rngs)
+        self.blocks = nnx.List([Block(cfg, attention_fn, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.ln_f = nnx.LayerNorm(cfg.d_model, rngs=rngs)
+
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        """int32 [batch, seq] -> float32 logits [batch, seq, 256]."""
+        x = self.embed(tokens) + self.pos(jnp.arange(tokens.shape[-1]))
+        for block in self.blocks:
+            x = block(x)
+        return self.embed.attend(self.ln_f(x))
+
+
+def make_optimizer(cfg: Config) -> optax.GradientTransformation:
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0,
+        cfg.learning_rate,
+        warmup_steps=min(cfg.warmup_steps, max(cfg.steps - 1, 1)),
+        decay_steps=max(cfg.steps, 2),
+        end_value=cfg.learning_rate * 0.1,
+    )
+    return optax.chain(
+        optax.clip_by_global_norm(cfg.grad_clip),
+        optax.adamw(
+            schedule,
+            b2=0.95,
+            weight_decay=cfg.weight_decay,
+            mask=lambda params: jax.tree.map(lambda p: p.ndim >= 2, params),
+        ),
+    )
+
+
+def loss_fn(model: ByteLM, batch: jax.Array) -> jax.Array:
+    """Mean next-byte cross-entropy in nats."""
+    logits = model(batch[:, :-1])
+    return optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+
+
+@dataclasses.dataclass
+class Trainer:
+    """Model and optimizer as one (graphdef, state) pair, with jitted steps."""
+
+    cfg: Config
+    graphdef: Any
+    state: Any
+
+    @classmethod
+    def create(cls, cfg: Config) -> Trainer:
+        model = ByteLM(cfg, attention_fn_for(cfg), rngs=nnx.Rngs(cfg.seed))
+        optimizer = nnx.Optimizer(model, make_optimizer(cfg), wrt=nnx.Param)
+        graphdef, state = nnx.split((model, optimizer))
+        trainer = cls(cfg, graphdef, state)
+        trainer._compile()
+        return trainer
+
+    def _compile(self) -> None:
+        graphdef = self.graphdef
+
+        def step(state: Any, batch: jax.Array) -> tuple[Any, jax.Array]:
+            model, optimizer = nnx.merge(graphdef, state)
+            loss, grads = nnx.value_and_grad(loss_fn)(model, batch)
+            optimizer.update(model, grads)
+            return nnx.state((model, optimizer)), loss
+
+        def evaluate(state: Any, batch: jax.Array) -> jax.Array:
+            model, _ = nnx.merge(graphdef, state)
+            return loss_fn(model, batch)
+
+        def next_logits(state: Any, window: jax.Array, pos: jax.Array) -> jax.Array:
+            model, _ = nnx.merge(graphdef, state)
+            return model(window[None])[0, pos]
+
+        self.step = jax.jit(step, donate_argnums=0)
+        self.evaluate = jax.jit(evaluate)
+        self.next_logits = jax.jit(next_logits)
+
+    def num_params(self) -> int:
+        model, _ = nnx.merge(self.graphdef, self.state)
+        return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+    def eval_loss(self, batches: Sequence[np.ndarray]) -> float:
+        return float(np.mean([float(self.evaluate(self.state, b)) for b in batches]))
+
+    def sample(self, prompt: bytes, n: int, temperature: float = 0.8) -> bytes:
+        """Generates n bytes after prompt (a full forward per byte: simple, not fast)."""
+        s = self.cfg.seq_len
+        out = list(prompt[-s:])
+        key = jax.random.key(self.cfg.seed + 1)
+        for _ in range(n):
+            ctx = out[-s:]
+            window = np.zeros(s, np.int32)
+            window[: len(ctx)] = ctx
+            logits = self.next_logits(self.state, window, len(ctx) - 1)
+            key, sub = jax.random.split(key)
+            out.append(int(jax.random.categorical(sub, logits / temperature)))
+        return bytes(out[len(prompt[-s:]) :])
+
+
+def _checkpoint_manager(directory: pathlib.Path) -> ocp.CheckpointManager:
+    options = ocp.CheckpointManagerOptions(max_to_keep=2, create=True)
+    return ocp.CheckpointManager(directory.absolute(), options=options)
+
+
+def _save(mngr: ocp.CheckpointManager, step: int, trainer: Trainer, history: dict) -> None:
+    mngr.save(
+        step,
+        args=ocp.args.Composite(
+            state=ocp.args.StandardSave(trainer.state),
+            history=ocp.args.JsonSave(history),
+        ),
+    )
+
+
+def train(cfg: Config, out: pathlib.Path, corpus: Corpus | None = None, resume: bool = False):
+    """Trains one model; writes loss.png, metrics.json and checkpoints/ under ``out``.
+
+    Returns the metrics dict (also written to metrics.json).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = corpus or load_stdlib_corpus(cfg.heldout_percent, cfg.max_corpus_mb)
+    evals = eval_batches(corpus.heldout, cfg)
+    trainer = Trainer.create(cfg)
+    tokens_per_step = cfg.batch_size * cfg.seq_len
+    print(
+        f"[{cfg.attention}] {trainer.num_params() / 1e6:.2f}M parameters, head_dim "
+        f"{cfg.head_dim}, compute dtype {cfg.compute_dtype().name}, device "
+        f"{jax.devices()[0].device_kind}; corpus {len(corpus.train) / 1e6:.1f} MB train "
+        f"({corpus.train_files} files), {len(corpus.heldout) / 1e6:.2f} MB held out "
+        f"({corpus.heldout_files} files) from {corpus.root}",
+        flush=True,
+    )
+
+    mngr = _checkpoint_manager(out / "checkpoints")
+    history: dict[str, list] = {"train_loss": [], "eval": []}
+    start = 0
+    if resume and mngr.latest_step() is not None:
+        start = int(mngr.latest_step())
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, trainer.state)
+        restored = mngr.restore(
+            start,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract), history=ocp.args.JsonRestore()
+            ),
+        )
+        trainer.state, history = restored.state, dict(restored.history)
+        print(f"[{cfg.attention}] resumed from step {start} ({out / 'checkpoints'})", flush=True)
+
+    train_seconds, timed_steps, compile_seconds = 0.0, 0, None
+    pending: list[jax.Array] = []
+    bar = tqdm(
+        total=cfg.steps,
+        initial=start,
+        desc=cfg.attention,
+        disable=not cfg.progress,
+        file=sys.stderr,
+        mininterval=1.0,
+        dynamic_ncols=True,
+    )
+    seg_start, seg_steps = time.perf_counter(), 0
+
+    def flush_losses() -> None:
+        history["train_loss"].extend(float(x) for x in jax.device_get(pending))
+        pending.clear()
+
+    for step in range(start, cfg.steps):
+        batch = train_batch(corpus.train, step, cfg)
+        trainer.state, loss = trainer.step(trainer.state, batch)
+        pending.append(loss)
+        if compile_seconds is None:  # the first step compiles: time it apart
+            loss.block_until_ready()
+            compile_seconds = time.perf_counter() - seg_start
+            seg_start, seg_steps = time.perf_counter(), 0
+        else:
+            seg_steps += 1
+        done = step + 1
+        is_eval = done % cfg.eval_every == 0 or done == cfg.steps
+        is_ckpt = done % cfg.ckpt_every == 0 or done == cfg.steps
+        if is_eval or is_ckpt or len(pending) >= 50:
+            jax.block_until_ready(trainer.state)
+            train_seconds += time.perf_counter() - seg_start
+            timed_steps += seg_steps
+            flush_losses()
+            if is_eval:
+                history["eval"].append([done, trainer.eval_loss(evals)])
+            if is_ckpt:
+                _save(mngr, done, trainer, history)
+            postfix = {"loss": f"{history['train_loss'][-1]:.3f}"}
+            if history["eval"]:
+                postfix["heldout"] = f"{history['eval'][-1][1]:.3f}"
+            if train_seconds > 0:
+                postfix["tok/s"] = f"{timed_steps * tokens_per_step / train_seconds:,.0f}"
+            bar.set_postfix(postfix, refresh=False)
+            seg_start, seg_steps = time.perf_counter(), 0
+        bar.update(1)
+    bar.close()
+    mngr.wait_until_finished()
+    mngr.close()
+
+    tokens_per_s = timed_steps * tokens_per_step / train_seconds if train_seconds > 0 else None
+    sample = ""
+    if cfg.sample_bytes:
+        sample = trainer.sample(b"import os\n\ndef ", cfg.sample_bytes).decode("utf-8", "replace")
+    metrics = {
+        "config": dataclasses.asdict(cfg),
+        "compute_dtype": cfg.compute_dtype().name,
+        "device": jax.devices()[0].device_kind,
+        "backend": jax.default_backend(),
+        "versions": _versions(),
+        "corpus": {
+            "root": corpus.root,
+            "train_bytes": int(len(corpus.train)),
+            "heldout_bytes": int(len(corpus.heldout)),
+            "train_files": corpus.train_files,
+            "heldout_files": corpus.heldout_files,
+        },
+        "params": trainer.num_params(),
+        "tokens_per_step": tokens_per_step,
+        "train_loss": history["train_loss"],
+        "eval": history["eval"],
+        "final_eval_loss": history["eval"][-1][1] if history["eval"] else None,
+        "tokens_per_s": tokens_per_s,
+        "timed_steps": timed_steps,
+        "train_seconds": train_seconds,
+        "compile_seconds": compile_seconds,
+        "sample": sample,
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    plot_losses({cfg.attention: metrics}, out / "loss.png")
+    last = history["train_loss"][-1] if history["train_loss"] else float("nan")
+    tps = f"{tokens_per_s:,.0f}" if tokens_per_s else "n/a (too few steps)"
+    print(
+        f"[{cfg.attention}] steps {cfg.steps}: train loss {last:.4f}, held-out loss "
+        f"{metrics['final_eval_loss']:.4f} nats/byte; tokens/s {tps} "
+        f"(excluding compilation {compile_seconds or 0:.1f} s and evaluation)",
+        flush=True,
+    )
+    if sample:
+        print(f"[{cfg.attention}] sample after 'import os\\n\\ndef ': {sample!r}", flush=True)
+    print(f"[{cfg.attention}] wrote {out / 'loss.png'}, {out / 'metrics.json'}", flush=True)
+    return metrics
+
+
+def _versions() -> dict[str, str]:
+    import flax
+
+    return {
+        "python": sys.version.split()[0],
+        "jax": jax.__version__,
+        "flax": flax.__version__,
+        "optax": optax.__version__,
+        "jax_fa4": jax_fa4.__version__,
+    }
+
+
+def smooth(xs: Sequence[float]) -> list[float]:
+    """Debiased exponential moving average, its window about 1/30 of the run (at least 2 steps)."""
+    beta = 1.0 - min(0.5, 30.0 / max(len(xs), 1))
+    out, acc = [], 0.0
+    for t, x in enumerate(xs, 1):
+        acc = beta * acc + (1.0 - beta) * x
+        out.append(acc / (1.0 - beta**t))
+    return out
+
+
+def plot_losses(runs: dict[str, dict], path: pathlib.Path) -> None:
+    """Training loss (raw, faint; smoothed, solid) and held-out loss (markers) per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    styles = [("-", "o"), ("--", "s"), (":", "^")]
+    for i, (name, m) in enumerate(runs.items()):
+        if not m.get("train_loss"):
+            continue
+        color, (line, marker) = f"C{i}", styles[i % len(styles)]
+        steps = np.arange(1, len(m["train_loss"]) + 1)
+        tps = m.get("tokens_per_s")
+        label = name + (f" ({tps:,.0f} tokens/s)" if tps else "")
+        ax.plot(steps, m["train_loss"], color=color, alpha=0.2, lw=0.8)
+        ax.plot(steps, smooth(m["train_loss"]), line, color=color, lw=1.6, label=f"{label} train")
+        if m.get("eval"):
+            ev = np.asarray(m["eval"], dtype=float)
+            ax.plot(
+                ev[:, 0], ev[:, 1], marker, color=color, ms=6, mfc="none", label=f"{name} held-out"
+            )
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats/byte)")
+    ax.set_title("byte-level LM on the Python standard library")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def compare(cfg: Config, out: pathlib.Path, resume: bool = False) -> dict:
+    """Both attention variants from the same initial weights on the same batches."""
+    corpus = load_stdlib_corpus(cfg.heldout_percent, cfg.max_corpus_mb)
+    runs: dict[str, dict] = {}
+    for attention in ATTENTIONS:
+        run_cfg = dataclasses.replace(cfg, attention=attention)
+        try:
+            runs[attention] = train(run_cfg, out / attention, corpus, resume=resume)
+        except (NotImplementedError, ValueError) as err:  # e.g. no GPU backward yet
+            print(f"[{attention}] failed: {type(err).__name__}: {err}", flush=True)
+            runs[attention] = {"error": f"{type(err).__name__}: {err}"}
+    summary: dict[str, Any] = {"config": dataclasses.asdict(cfg), "runs": runs}
+    a, b = (runs[n].get("train_loss") for n in ATTENTIONS)
+    if a and b:
+        n = min(len(a), len(b))
+        diff = np.abs(np.asarray(a[:n]) - np.asarray(b[:n]))
+        summary["max_abs_train_loss_diff"] = float(diff.max())
+        summary["final_eval_loss"] = {k: runs[k]["final_eval_loss"] for k in ATTENTIONS}
+        summary["tokens_per_s"] = {k: runs[k]["tokens_per_s"] for k in ATTENTIONS}
+        fa4, ref = summary["tokens_per_s"]["jax_fa4"], summary["tokens_per_s"]["jax_nn"]
+        summary["speedup_jax_fa4_over_jax_nn"] = fa4 / ref if fa4 and ref else None
+    (out / "compare.json").write_text(json.dumps(summary, indent=1))
+    plot_losses(runs, out / "compare.png")
+    print("\n| attention | final train loss | held-out loss | tokens/s |")
+    print("|---|---|---|---|")
+    for name, m in runs.items():
+        if "error" in m:
+            print(f"| {name} | failed: {m['error'][:60]} | | |")
+            continue
+        tps = f"{m['tokens_per_s']:,.0f}" if m["tokens_per_s"] else "n/a"
+        print(f"| {name} | {m['train_loss'][-1]:.4f} | {m['final_eval_loss']:.4f} | {tps} |")
+    if "max_abs_train_loss_diff" in summary:
+        print(f"max |train loss difference| over steps: {summary['max_abs_train_loss_diff']:.3g}")
+    print(f"wrote {out / 'compare.png'}, {out / 'compare.json'}", flush=True)
+    return summary
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[Config, pathlib.Path, bool, bool]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--tiny", action="store_true", help="CI size: a few CPU seconds of training")
+    p.add_argument("--attention", choices=ATTENTIONS, default=None)
+    p.add_argument("--compare", action="store_true", help="train both attentions side by side")
+    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/byte_lm"))
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
+    p.add_argument("--steps", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--seq-len", type=int)
+    p.add_argument("--d-model", type=int)
+    p.add_argument("--heads", type=int, dest="num_heads")
+    p.add_argument("--layers", type=int, dest="num_layers")
+    p.add_argument("--lr", type=float, dest="learning_rate")
+    p.add_argument("--warmup-steps", type=int)
+    p.add_argument("--dtype", choices=("auto", "bfloat16", "float16", "float32"))
+    p.add_argument("--eval-every", type=int)
+    p.add_argument("--eval-batches", type=int)
+    p.add_argument("--ckpt-every", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--max-corpus-mb", type=float)
+    p.add_argument("--sample-bytes", type=int)
+    p.add_argument(
+        "--jax-nn-implementation",
+        choices=("xla", "cudnn"),
+        help="for --attention jax_nn (default: jax.nn chooses)",
+    )
+    p.add_argument("--no-progress", action="store_false", dest="progress", default=None)
+    args = vars(p.parse_args(argv))
+    tiny, out, do_compare, resume = (args.pop(k) for k in ("tiny", "out", "compare", "resume"))
+    given = {k: v for k, v in args.items() if v is not None}
+    cfg = Config(**{**(TINY if tiny else {}), **given})
+    for name in ("steps", "batch_size", "seq_len", "eval_every", "ckpt_every", "eval_batches"):
+        if getattr(cfg, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1; got {getattr(cfg, name)}")
+    if cfg.d_model % cfg.num_heads:
+        p.error(f"--d-model {cfg.d_model} must be a multiple of --heads {cfg.num_heads}")
+    return cfg, out, do_compare, resume
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    cfg, out, do_compare, resume = parse_args(argv)
+    if do_compare:
+        return compare(cfg, out, resume=resume)
+    return train(cfg, out, resume=resume)
+
+
+if __name__ == "__main__":
+    main()
