@@ -256,6 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "jaxlib": getattr(__import__("jaxlib"), "__version__", None),
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "dtype": args.dtype,
+        # Other processes on the machine skew CPU timings: the 1/5/15-minute load averages.
+        "load_avg_start": [round(x, 2) for x in os.getloadavg()],
     }
     print(f"# {json.dumps(header)}", flush=True)
     records = []
@@ -283,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"{what}",
                         flush=True,
                     )
+    header["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as fh:
