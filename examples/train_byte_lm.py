@@ -525,14 +525,15 @@ def smooth(xs: Sequence[float]) -> list[float]:
     return out
 
 
-def plot_losses(runs: dict[str, dict], path: pathlib.Path) -> None:
-    """Training loss (raw, faint; smoothed, solid) and held-out loss (markers) per run."""
-    import matplotlib
+def loss_figure(runs: dict[str, dict]) -> Any:
+    """A matplotlib Figure: training loss (raw, faint; smoothed) and held-out loss per run.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Built without pyplot (the Agg canvas renders it), so it never changes the caller's backend.
+    """
+    from matplotlib.figure import Figure
 
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    fig = Figure(figsize=(7, 4.2), dpi=110)
+    ax = fig.subplots()
     styles = [("-", "o"), ("--", "s"), (":", "^")]
     for i, (name, m) in enumerate(runs.items()):
         if not m.get("train_loss"):
@@ -555,8 +556,12 @@ def plot_losses(runs: dict[str, dict], path: pathlib.Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig
+
+
+def plot_losses(runs: dict[str, dict], path: pathlib.Path) -> None:
+    """Writes :func:`loss_figure` as a PNG."""
+    loss_figure(runs).savefig(path)
 
 
 def compare(cfg: Config, out: pathlib.Path, resume: bool = False) -> dict:
