@@ -16,6 +16,9 @@ except ImportError as err:  # pragma: no cover - exercised only on a broken inst
     ) from err
 
 FWD_TARGET = "jax_fa4_fwd_{platform}"
+# The platform name XLA files each handler under: jax maps "cpu" (and "gpu") to XLA's names but
+# passes "cuda" through unchanged, and XLA's GPU client looks handlers up under "CUDA".
+_XLA_PLATFORM = {"cpu": "cpu", "cuda": "CUDA"}
 BWD_TARGET = "jax_fa4_bwd_{platform}"
 
 
