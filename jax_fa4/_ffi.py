@@ -28,9 +28,7 @@ def registered_targets() -> dict[str, frozenset[str]]:
     out: dict[str, frozenset[str]] = {}
     for platform, targets in _jax_fa4_ext.registrations().items():
         for name, capsule in targets.items():
-            jax.ffi.register_ffi_target(
-                name, capsule, platform=platform
-            )  # "cpu" -> Host, "cuda" -> CUDA
+            jax.ffi.register_ffi_target(name, capsule, platform=_XLA_PLATFORM[platform])
         out[platform] = frozenset(targets)
     return out
 
