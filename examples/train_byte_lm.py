@@ -374,6 +374,34 @@ def _save(mngr: ocp.CheckpointManager, step: int, trainer: Trainer, history: dic
     )
 
 
+def _restore(mngr: ocp.CheckpointManager, step: int, trainer: Trainer) -> dict:
+    """Loads checkpoint ``step`` into ``trainer``; returns the loss history saved with it."""
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, trainer.state)
+    restored = mngr.restore(
+        step,
+        args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract), history=ocp.args.JsonRestore()
+        ),
+    )
+    trainer.state = restored.state
+    return dict(restored.history)
+
+
+def restore_trainer(cfg: Config, checkpoints: pathlib.Path, step: int | None = None) -> Trainer:
+    """A Trainer (model + optimizer) loaded from an orbax checkpoint of a run with config ``cfg``.
+
+    ``step`` None takes the newest checkpoint.
+    """
+    trainer = Trainer.create(cfg)
+    mngr = _checkpoint_manager(checkpoints)
+    step = mngr.latest_step() if step is None else step
+    if step is None:
+        raise FileNotFoundError(f"no checkpoint under {checkpoints}")
+    _restore(mngr, step, trainer)
+    mngr.close()
+    return trainer
+
+
 def train(cfg: Config, out: pathlib.Path, corpus: Corpus | None = None, resume: bool = False):
     """Trains one model; writes loss.png, metrics.json and checkpoints/ under ``out``.
 
@@ -398,14 +426,7 @@ def train(cfg: Config, out: pathlib.Path, corpus: Corpus | None = None, resume: 
     start = 0
     if resume and mngr.latest_step() is not None:
         start = int(mngr.latest_step())
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, trainer.state)
-        restored = mngr.restore(
-            start,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract), history=ocp.args.JsonRestore()
-            ),
-        )
-        trainer.state, history = restored.state, dict(restored.history)
+        history = _restore(mngr, start, trainer)
         print(f"[{cfg.attention}] resumed from step {start} ({out / 'checkpoints'})", flush=True)
 
     train_seconds, timed_steps, compile_seconds = 0.0, 0, None
