@@ -10,4 +10,5 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(Fa4BwdCpu);
 #ifdef JAX_FA4_WITH_CUDA
 // CUDA: Hopper (sm_90a) kernels (cuda/hopper/).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(Fa4FwdCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(Fa4BwdCuda);
 #endif

@@ -23,6 +23,7 @@ nb::dict Registrations() {
   nb::dict cuda;
 #ifdef JAX_FA4_WITH_CUDA
   cuda["jax_fa4_fwd_cuda"] = EncapsulateFfiHandler(Fa4FwdCuda);
+  cuda["jax_fa4_bwd_cuda"] = EncapsulateFfiHandler(Fa4BwdCuda);
 #endif
   nb::dict out;
   out["cpu"] = cpu;

@@ -1,0 +1,153 @@
+// XLA FFI handler "jax_fa4_bwd_cuda": (q, k, v, o, lse, do, dlse) -> (dq, dk, dv). Decodes and
+// checks the buffers, takes the float32 workspace (dQ accumulator, lse * log2 e, delta) from XLA's
+// scratch allocator, and enqueues the Hopper backward (cuda/hopper/bwd_launch.h) on XLA's stream.
+// Every problem becomes an FFI error (the Python layer checks too, but this handler trusts nothing).
+//
+// Scratch lifetime: the ScratchAllocator frees its allocations when this handler returns, while the
+// kernels are still queued. That is safe because XLA's device allocator hands memory out in stream
+// order on the compute stream (jaxlib's own FFI kernels, e.g. the cuSOLVER wrappers, use scratch
+// the same way): anything that reuses the block is enqueued after our kernels on that stream.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "ffi/handlers.h"
+#include "hopper/bwd_launch.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+std::string dims_str(ffi::AnyBuffer::Dimensions d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+std::string dtype_str(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::BF16: return "bfloat16";
+    case ffi::DataType::F16: return "float16";
+    case ffi::DataType::F32: return "float32";
+    case ffi::DataType::F64: return "float64";
+    default: return "dtype code " + std::to_string(static_cast<int>(t));
+  }
+}
+
+bool same_dims(ffi::AnyBuffer::Dimensions d, std::initializer_list<int64_t> want) {
+  if (d.size() != want.size()) return false;
+  size_t i = 0;
+  for (int64_t w : want) {
+    if (d[i++] != w) return false;
+  }
+  return true;
+}
+
+ffi::Error check_device() {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return ffi::Error::Internal(std::string("cudaGetDevice: ") + cudaGetErrorString(e));
+  int major = 0, minor = 0;
+  e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (e != cudaSuccess) return ffi::Error::Internal(std::string("cudaDeviceGetAttribute: ") + cudaGetErrorString(e));
+  if (major != 9 || minor != 0) {
+    return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                      "jax_fa4's CUDA kernels need a Hopper GPU (compute capability 9.0, sm_90a); device " +
+                          std::to_string(dev) + " is compute capability " + std::to_string(major) + "." +
+                          std::to_string(minor));
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error BwdCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer q, ffi::AnyBuffer k,
+                       ffi::AnyBuffer v, ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer d_o,
+                       ffi::Buffer<ffi::F32> dlse, ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
+                       ffi::Result<ffi::AnyBuffer> dv, double softmax_scale, bool causal) {
+  if (ffi::Error err = check_device(); err.failure()) return err;
+
+  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4)
+    return ffi::Error::InvalidArgument("q, k, v must be rank 4 [batch, seq, heads, head_dim]; got q " +
+                                       dims_str(qd) + ", k " + dims_str(kd) + ", v " + dims_str(vd));
+  const ffi::DataType t = q.element_type();
+  if (t != ffi::DataType::BF16 && t != ffi::DataType::F16)
+    return ffi::Error::InvalidArgument("the CUDA kernel supports bfloat16 and float16; q is " + dtype_str(t));
+  for (auto [name, et] : {std::pair<const char*, ffi::DataType>{"k", k.element_type()},
+                          {"v", v.element_type()}, {"o", o.element_type()}, {"do", d_o.element_type()},
+                          {"dq", dq->element_type()}, {"dk", dk->element_type()}, {"dv", dv->element_type()}}) {
+    if (et != t)
+      return ffi::Error::InvalidArgument(std::string("q, k, v, o, do, dq, dk and dv must share one dtype; q is ") +
+                                         dtype_str(t) + ", " + name + " is " + dtype_str(et));
+  }
+  const int64_t b = qd[0], sq = qd[1], hq = qd[2], d = qd[3], sk = kd[1], hkv = kd[2];
+  if (kd[0] != b || kd[3] != d || !same_dims(vd, {b, sk, hkv, d}))
+    return ffi::Error::InvalidArgument("k and v must be [batch, seq_k, heads_kv, head_dim] matching q " +
+                                       dims_str(qd) + "; got k " + dims_str(kd) + ", v " + dims_str(vd));
+  if (d != 64 && d != 128 && d != 256)
+    return ffi::Error::InvalidArgument("head_dim " + std::to_string(d) +
+                                       " is not supported by the CUDA kernel (supported: 64, 128, 256)");
+  if (hkv <= 0 ? hq != 0 : hq % hkv != 0)
+    return ffi::Error::InvalidArgument("heads_q (" + std::to_string(hq) + ") must be a multiple of heads_kv (" +
+                                       std::to_string(hkv) + ")");
+  const std::initializer_list<int64_t> q_shape = {b, sq, hq, d};
+  const std::initializer_list<int64_t> vec_shape = {b, hq, sq};
+  if (!same_dims(o.dimensions(), q_shape) || !same_dims(d_o.dimensions(), q_shape))
+    return ffi::Error::InvalidArgument("o and do must have q's shape " + dims_str(qd) + "; got o " +
+                                       dims_str(o.dimensions()) + ", do " + dims_str(d_o.dimensions()));
+  if (!same_dims(lse.dimensions(), vec_shape) || !same_dims(dlse.dimensions(), vec_shape))
+    return ffi::Error::InvalidArgument("lse and dlse must be float32 [batch, heads_q, seq_q] = [" +
+                                       std::to_string(b) + ", " + std::to_string(hq) + ", " + std::to_string(sq) +
+                                       "]; got lse " + dims_str(lse.dimensions()) + ", dlse " +
+                                       dims_str(dlse.dimensions()));
+  if (!same_dims(dq->dimensions(), q_shape) || !same_dims(dk->dimensions(), {b, sk, hkv, d}) ||
+      !same_dims(dv->dimensions(), {b, sk, hkv, d}))
+    return ffi::Error::InvalidArgument("dq must have q's shape and dk, dv k's shape; got dq " +
+                                       dims_str(dq->dimensions()) + ", dk " + dims_str(dk->dimensions()) + ", dv " +
+                                       dims_str(dv->dimensions()));
+  const float scale = static_cast<float>(softmax_scale);
+  if (!(scale > 0.f) || std::isinf(scale))
+    return ffi::Error::InvalidArgument("softmax_scale must be positive and finite; got " +
+                                       std::to_string(softmax_scale));
+
+  fa4::hopper::BwdProblem p{q.untyped_data(),   k.untyped_data(),    v.untyped_data(),  o.untyped_data(),
+                            lse.typed_data(),   d_o.untyped_data(),  dlse.typed_data(), dq->untyped_data(),
+                            dk->untyped_data(), dv->untyped_data(),  b,                 sq,
+                            sk,                 hq,                  hkv,               d,
+                            t == ffi::DataType::BF16 ? fa4::hopper::BwdDtype::kBf16 : fa4::hopper::BwdDtype::kF16,
+                            scale,              causal};
+  fa4::hopper::BwdWorkspace ws{nullptr, nullptr, nullptr};
+  if (b > 0 && sq > 0 && hq > 0) {
+    const size_t bytes = fa4::hopper::bwd_workspace_bytes(p);
+    std::optional<void*> mem = scratch.Allocate(bytes, 256);
+    if (!mem.has_value() || *mem == nullptr)
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted,
+                        "jax_fa4 backward: cannot allocate " + std::to_string(bytes) +
+                            " bytes of float32 scratch (dQ accumulator, lse, delta)");
+    ws = fa4::hopper::bwd_workspace_from(*mem, p);
+  }
+  std::string err = fa4::hopper::launch_bwd(p, ws, stream);
+  if (!err.empty()) return ffi::Error::Internal("jax_fa4 backward: " + err);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Fa4BwdCuda, BwdCudaImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::ScratchAllocator>()  // float32 dQ accumulator, lse2, delta
+                                  .Arg<ffi::AnyBuffer>()         // q [b, sq, hq, d]
+                                  .Arg<ffi::AnyBuffer>()         // k [b, sk, hkv, d]
+                                  .Arg<ffi::AnyBuffer>()         // v [b, sk, hkv, d]
+                                  .Arg<ffi::AnyBuffer>()         // o [b, sq, hq, d]
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // lse [b, hq, sq]
+                                  .Arg<ffi::AnyBuffer>()         // do [b, sq, hq, d]
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // dlse [b, hq, sq]: cotangent of lse
+                                  .Ret<ffi::AnyBuffer>()         // dq [b, sq, hq, d]
+                                  .Ret<ffi::AnyBuffer>()         // dk [b, sk, hkv, d]
+                                  .Ret<ffi::AnyBuffer>()         // dv [b, sk, hkv, d]
+                                  .Attr<double>("softmax_scale")
+                                  .Attr<bool>("causal"));

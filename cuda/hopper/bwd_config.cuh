@@ -1,0 +1,113 @@
+// Backward-kernel tile configurations: one struct per head dim. Every tile size, stage count and
+// register split of the backward lives here; the kernel reads them only through BwdTile's names.
+//
+// One CTA owns block_n() keys (rows of K and V) of one kv head and loops over the q tiles
+// (block_m() rows) of every q head of its GQA group. Two consumer warpgroups share the work:
+//   S^T = K Q^T and dP^T = dO-side twins: the block_n x block_m tile is cut into row_groups()
+//     groups of 64 key rows times col_splits() slices of s_cols() query columns, one per
+//     warpgroup (row_groups() * col_splits() == 2).
+//   dV += P^T dO and dK += dS^T Q: warpgroup (r, s) owns key rows [64r, 64r + 64) and head-dim
+//     columns [s * dkv_cols(), (s + 1) * dkv_cols()). With col_splits() == 1 each warpgroup holds
+//     the whole P^T / dS^T rows it needs in registers (the RS wgmma); otherwise P^T and dS^T go
+//     through shared memory (the SS wgmma).
+//   dQ = dS K: the block_m x head_dim tile is cut into dq_row_slices() x dq_col_slices() pieces
+//     of 64 x dq_cols(), one per warpgroup, added to a float32 accumulator in global memory.
+#pragma once
+#include <cstdint>
+
+namespace fa4::hopper {
+
+template <int HeadDim, int BlockM, int BlockN, int ProducerRegs, int ConsumerRegs, int DqPieces = 1>
+struct BwdTile {
+  static constexpr int head_dim() { return HeadDim; }
+  static constexpr int block_m() { return BlockM; }  // query rows per main-loop step
+  static constexpr int block_n() { return BlockN; }  // key rows per CTA
+  static constexpr int consumer_warpgroups() { return 2; }
+  static constexpr int threads() { return 128 * (1 + consumer_warpgroups()); }
+  static constexpr int producer_regs() { return ProducerRegs; }
+  static constexpr int consumer_regs() { return ConsumerRegs; }
+  // Q/dO (with lse/delta) ring depth; P/dS double-buffered so one barrier per step suffices.
+  static constexpr int q_stages() { return 2; }
+  static constexpr int pds_stages() { return 2; }
+
+  static constexpr int row_groups() { return BlockN / 64; }
+  static constexpr int col_splits() { return consumer_warpgroups() / row_groups(); }
+  static constexpr int s_cols() { return BlockM / col_splits(); }
+  static constexpr int dkv_cols() { return HeadDim / col_splits(); }
+  static constexpr bool pds_in_registers() { return col_splits() == 1; }
+  static constexpr int dq_row_slices() { return BlockM / 64; }
+  static constexpr int dq_col_slices() { return consumer_warpgroups() / dq_row_slices(); }
+  static constexpr int dq_cols() { return HeadDim / dq_col_slices(); }
+  // dQ computed and added in this many column pieces one after the other (fewer live registers).
+  static constexpr int dq_pieces() { return DqPieces; }
+
+  // TMA boxes and 128B-swizzle rows are 64 two-byte columns wide: a tile is stored as chunks of
+  // 64 columns, each chunk rows x 128 bytes.
+  static constexpr int chunks() { return HeadDim / 64; }
+  static constexpr uint32_t chunk_bytes_q() { return uint32_t(BlockM) * 128; }   // Q, dO
+  static constexpr uint32_t chunk_bytes_kv() { return uint32_t(BlockN) * 128; }  // K, V, P^T, dS^T
+  static constexpr uint32_t q_tile_bytes() { return uint32_t(BlockM) * HeadDim * 2; }
+  static constexpr uint32_t kv_tile_bytes() { return uint32_t(BlockN) * HeadDim * 2; }
+  // P^T / dS^T: block_n key rows x block_m query columns, in chunks of 64 query columns.
+  static constexpr uint32_t pds_tile_bytes() { return uint32_t(BlockN) * BlockM * 2; }
+  static constexpr uint32_t vec_bytes() { return uint32_t(BlockM) * 4; }  // lse or delta of a tile
+
+  static constexpr uint32_t k_offset() { return 0; }
+  static constexpr uint32_t v_offset() { return k_offset() + kv_tile_bytes(); }
+  static constexpr uint32_t q_offset() { return v_offset() + kv_tile_bytes(); }
+  static constexpr uint32_t do_offset() { return q_offset() + q_stages() * q_tile_bytes(); }
+  static constexpr uint32_t ds_offset() { return do_offset() + q_stages() * q_tile_bytes(); }
+  static constexpr uint32_t p_offset() { return ds_offset() + pds_stages() * pds_tile_bytes(); }
+  static constexpr uint32_t lse_offset() {
+    return p_offset() + (pds_in_registers() ? 0 : pds_stages() * pds_tile_bytes());
+  }
+  static constexpr uint32_t delta_offset() { return lse_offset() + q_stages() * vec_bytes(); }
+  static constexpr uint32_t barrier_offset() { return delta_offset() + q_stages() * vec_bytes(); }
+  // kv_full, then the Q ring's full[q_stages][1] + empty[q_stages], then the dO ring's.
+  static constexpr uint32_t barrier_bytes() { return 8 * (1 + 2 * (2 * q_stages())); }
+  // +1024: the dynamic smem base is only 16-byte aligned, swizzle atoms need 1024.
+  static constexpr uint32_t smem_bytes() { return barrier_offset() + barrier_bytes() + 1024; }
+
+  // Adapter so the forward's TmaConsumerPipeline<T, Cfg, /*IsK=*/false> can drive the Q and dO
+  // rings: its "kv" tile is our q tile.
+  struct RowRing {
+    static constexpr int kv_stages() { return q_stages(); }
+    static constexpr int qk_stages() { return 1; }
+    static constexpr int chunks() { return HeadDim / 64; }
+    static constexpr uint32_t kv_tile_bytes() { return uint32_t(BlockM) * HeadDim * 2; }
+    static constexpr uint32_t chunk_bytes_kv() { return uint32_t(BlockM) * 128; }
+  };
+
+  static_assert(HeadDim % 64 == 0, "head dim must be a multiple of the 64-column swizzle width");
+  static_assert(BlockN == 64 || BlockN == 128, "64 key rows per warpgroup, 1 or 2 row groups");
+  static_assert(BlockM == 64 || BlockM == 128, "dQ is cut into 64-row wgmma tiles");
+  static_assert(s_cols() % 16 == 0 && s_cols() >= 32, "S^T slice width must be a wgmma N");
+  static_assert(dq_cols() % (64 * DqPieces) == 0 && dkv_cols() % 64 == 0, "whole 64-column chunks");
+  static_assert(ProducerRegs + consumer_warpgroups() * ConsumerRegs <= 512 && ProducerRegs % 8 == 0 &&
+                    ConsumerRegs % 8 == 0,
+                "register split must fit 64K registers per SM (in units of 128 threads)");
+  static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
+};
+
+template <int HeadDim>
+struct BwdConfig;
+
+// hd64 (FA3's 128 x 128): S^T slices are 64 x 128 (64 accumulator registers each for S and dP),
+// dK/dV 64 x 64 per warpgroup, dQ split by query rows.
+template <>
+struct BwdConfig<64> : BwdTile</*HeadDim=*/64, /*BlockM=*/128, /*BlockN=*/128, /*ProducerRegs=*/24,
+                                /*ConsumerRegs=*/240> {};
+
+// hd128 (FA3's causal 64 x 128): dK and dV 64 x 128 per warpgroup (64 + 64 registers), S and dP
+// 64 x 64 (32 + 32), dQ split by head-dim columns.
+template <>
+struct BwdConfig<128> : BwdTile<128, 64, 128, 24, 240> {};
+
+// hd256: a warpgroup cannot hold 64 x 256 of both dK and dV, so the two warpgroups share 64 key
+// rows and split the head dim (dK, dV: 64 x 128 each, 128 registers); P^T and dS^T go through
+// shared memory. dQ is 64 x 128 per warpgroup (64 registers): 0 spills in one piece; DqPieces = 2
+// would hold only 32 of them at a time if a change ever makes it spill.
+template <>
+struct BwdConfig<256> : BwdTile<256, 64, 64, 24, 240, /*DqPieces=*/1> {};
+
+}  // namespace fa4::hopper

@@ -1,0 +1,653 @@
+// The Hopper backward attention kernels (DESIGN.md section 3, FA3's structure: hopper reference
+// notes section 4.2). Three launches on one stream:
+//
+// 1. bwd_preprocess: per query row, delta' = rowsum(dO * O) - dlse and lse2 = lse * log2(e), both
+//    float32 into padded [batch, heads_q, seq_q_pad] scratch rows (the padding and the rows that
+//    see no key get lse2 = +inf, delta' = 0, so they contribute exactly nothing: P = 2^-inf = 0).
+//    The float32 dQ accumulator is zeroed with cudaMemsetAsync before it.
+// 2. bwd_kernel: one CTA per (key block of block_n rows, kv head, batch); it loops over every q
+//    head of its GQA group and every query block (block_m rows) that sees its keys.
+//      warpgroup 0  producer: one thread loads K and V once, then streams (Q, lse2) and
+//                   (dO, delta') per step through two TMA rings of q_stages buffers (the
+//                   forward's StagedPipeline / TmaConsumerPipeline; lse2 and delta' ride on the
+//                   same full barriers by a 1-D bulk copy). Registers lowered with setmaxnreg.
+//      warpgroups 1, 2  consumers (bwd_config.cuh says who owns what). Per step:
+//                   S^T = K Q^T and dP^T = V dO^T (SS wgmma, both issued before either is read),
+//                   P^T = 2^(S^T * scale * log2 e - lse2) (masked), dS^T = P^T * (dP^T - delta'),
+//                   dV += P^T dO and dK += dS^T Q (RS wgmma from registers, or SS through shared
+//                   memory at hd256), dS^T to shared memory, one named barrier over both
+//                   warpgroups, dQ = dS K (SS wgmma, both operands MN-major) and the dQ tile added
+//                   to the float32 accumulator with red.global.add.v2.f32.
+//                   dK (times softmax_scale) and dV stay in registers for the whole loop and are
+//                   written once at the end, summed over the q heads of the group (GQA).
+// 3. bwd_postprocess: dQ = softmax_scale * dq_accum, converted to the input dtype.
+//
+// Working with transposed scores (S^T rather than S, FA3's SdP_swapAB) makes P^T and dS^T come
+// out of the wgmma in the accumulator layout of the A operand of dV/dK, so they never leave the
+// registers for those two products; dQ needs dS with keys as the reduction dimension, which is
+// exactly dS^T stored row by row (an MN-major A operand), so no transpose is ever done.
+//
+// Determinism: the float32 red.global adds into dQ arrive in an order set by the hardware. A
+// deterministic mode would order them per dQ tile (a semaphore per (batch, head, query block)
+// counting the key blocks that have added, FA3's approach); the adds are in one place
+// (add_dq_tile) so the semaphore wait/signal can wrap it.
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "hopper/bulk_copy.cuh"
+#include "hopper/bwd_config.cuh"
+#include "hopper/bwd_launch.h"
+#include "hopper/bwd_wgmma.cuh"
+#include "hopper/global_reduce.cuh"
+#include "hopper/mbarrier.cuh"
+#include "hopper/pipeline.cuh"
+#include "hopper/sync.cuh"
+#include "hopper/tensor_map.h"
+#include "hopper/tma.cuh"
+#include "hopper/wgmma.cuh"
+#include "hopper/wgmma_mma.cuh"
+
+namespace fa4::hopper {
+
+struct BwdArgs {
+  float* dq_accum;     // [batch, heads_q, seq_q_pad, head_dim], zeroed before the main kernel
+  const float* lse2;   // [batch, heads_q, seq_q_pad]: lse * log2(e); +inf where P must be 0
+  const float* delta;  // [batch, heads_q, seq_q_pad]: rowsum(dO * O) - dlse; 0 in the padding
+  void* dk;            // [batch, seq_k, heads_kv, head_dim], q's dtype
+  void* dv;
+  int seq_q, seq_k, seq_q_pad, heads_q, heads_kv;
+  int group;           // heads_q / heads_kv
+  float scale_log2;    // softmax_scale * log2(e)
+  float softmax_scale;
+};
+
+template <class T> struct BwdMmaTag;
+template <> struct BwdMmaTag<__nv_bfloat16> { using type = Bf16; };
+template <> struct BwdMmaTag<__half> { using type = F16; };
+
+// Named barrier ids (0 is __syncthreads): both consumer warpgroups, once per step, after P^T/dS^T
+// are in shared memory.
+constexpr uint32_t kBwdBarPds = 1;
+constexpr uint32_t kBwdConsumerThreads = 256;
+
+template <class T>
+__device__ __forceinline__ uint32_t bwd_pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+// 2^x on the special-function unit; 2^-inf = +0.
+__device__ __forceinline__ float bwd_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Byte offset of element (row, col) in a tile stored as 64-column chunks of `chunk_bytes`, rows
+// of 128 bytes, 128-byte swizzle (the 16-byte unit index XORed with row % 8) -- the layout TMA
+// writes with CU_TENSOR_MAP_SWIZZLE_128B and the wgmma sw128 descriptors read. The tile base must
+// be 1024-byte aligned.
+__device__ __forceinline__ uint32_t sw128_offset(int row, int col, uint32_t chunk_bytes) {
+  const int c = col % 64;
+  return uint32_t(col / 64) * chunk_bytes + uint32_t(row) * 128 + uint32_t(((c / 8) ^ (row % 8)) * 16) +
+         uint32_t(c % 8) * 2;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Producer: one step's row tile (Q or dO, block_m x head_dim by TMA) and its float vector (lse2 or
+// delta', block_m floats by 1-D bulk copy) into the next free stage of a ring, one full barrier.
+// ---------------------------------------------------------------------------------------------
+template <class Cfg, class Ring>
+__device__ __forceinline__ void load_row_step(Ring& ring, uint8_t* tiles, float* vecs, const CUtensorMap* map,
+                                              const float* vec_src, int row0, int head, int batch) {
+  // Parity trick (as in TmaProducerPipeline::load): a fresh barrier's previous phase counts as
+  // complete, so the first lap passes at once.
+  mbarrier_wait(&ring.bars->empty[ring.stage], ring.phase ^ 1);
+  uint64_t* full = &ring.bars->full[ring.stage][0];
+  mbarrier_arrive_expect_tx(full, Cfg::q_tile_bytes() + Cfg::vec_bytes());
+  uint8_t* tile = tiles + ring.stage * Cfg::q_tile_bytes();
+#pragma unroll
+  for (int c = 0; c < Cfg::chunks(); ++c) {
+    tma_load_4d(tile + c * Cfg::chunk_bytes_q(), map, full, c * 64, row0, head, batch);
+  }
+  bulk_load_1d(vecs + ring.stage * Cfg::block_m(), vec_src, Cfg::vec_bytes(), full);
+  ring.advance();
+}
+
+// The key block's first query block (causal: the earlier ones see none of its keys) and the end.
+template <class Cfg, bool Causal>
+__device__ __forceinline__ void bwd_m_range(const BwdArgs& args, int n0, int* m_begin, int* m_end) {
+  *m_end = (args.seq_q + Cfg::block_m() - 1) / Cfg::block_m();
+  // Bottom-right causal: query i sees key j iff j <= i + seq_k - seq_q, so the first query that
+  // sees key n0 is n0 - (seq_k - seq_q).
+  *m_begin = Causal ? max(0, n0 - (args.seq_k - args.seq_q)) / Cfg::block_m() : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumer pieces
+// ---------------------------------------------------------------------------------------------
+
+// Acc^T (64 key rows x N query columns) = X Y^T over the head dim, X = K or V rows [64r, 64r+64)
+// (K-major, block_n-row chunks), Y = this step's Q or dO columns [col0, col0 + N) (K-major,
+// block_m-row chunks). Caller fences and commits.
+template <class T, class Cfg, int N>
+__device__ __forceinline__ void issue_transposed_scores(float (&acc)[N / 2], const uint8_t* x_tile, int r,
+                                                        const uint8_t* y_tile, int col0) {
+  using Tag = typename BwdMmaTag<T>::type;
+#pragma unroll
+  for (int kk = 0; kk < Cfg::head_dim() / 16; ++kk) {
+    const int chunk = kk / 4;
+    const uint32_t within = (kk % 4) * 32;  // 16 elements = 32 bytes inside a swizzle row
+    const auto a = MmaSmemDescriptor::sw128(x_tile + chunk * Cfg::chunk_bytes_kv() + r * 64 * 128, 0)
+                       .plus_bytes(within);
+    const auto b = MmaSmemDescriptor::sw128(y_tile + chunk * Cfg::chunk_bytes_q() + col0 * 128, 0)
+                       .plus_bytes(within);
+    WgmmaSSMajor<Tag, N>::template mma<0, 0>(acc, a.bits, b.bits, kk > 0 ? 1u : 0u);
+  }
+}
+
+// Acc (64 key rows x dkv_cols) += A (64 key rows x block_m queries, from registers: P^T or dS^T
+// in the accumulator layout) * Y (block_m queries x head-dim columns [col0, ...), MN-major:
+// dO or Q). Caller fences and commits.
+template <class T, class Cfg>
+__device__ __forceinline__ void issue_dkv_rs(float (&acc)[Cfg::dkv_cols() / 2],
+                                             const uint32_t (&a)[Cfg::block_m() / 4], const uint8_t* y_tile,
+                                             int col0) {
+  using Tag = typename BwdMmaTag<T>::type;
+  const auto b = MmaSmemDescriptor::sw128(y_tile + (col0 / 64) * Cfg::chunk_bytes_q(), Cfg::chunk_bytes_q());
+#pragma unroll
+  for (int kk = 0; kk < Cfg::block_m() / 16; ++kk) {
+    const uint32_t frag[4] = {a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3]};
+    WgmmaRS<Tag, Cfg::dkv_cols()>::mma(acc, frag, b.plus_bytes(kk * 16 * 128).bits, 1u);
+  }
+}
+
+// The same product with A = rows [64r, 64r + 64) of P^T or dS^T in shared memory (K-major: query
+// columns contiguous, block_n-row chunks of 64 queries).
+template <class T, class Cfg>
+__device__ __forceinline__ void issue_dkv_ss(float (&acc)[Cfg::dkv_cols() / 2], const uint8_t* a_tile, int r,
+                                             const uint8_t* y_tile, int col0) {
+  using Tag = typename BwdMmaTag<T>::type;
+  const auto b = MmaSmemDescriptor::sw128(y_tile + (col0 / 64) * Cfg::chunk_bytes_q(), Cfg::chunk_bytes_q());
+#pragma unroll
+  for (int kk = 0; kk < Cfg::block_m() / 16; ++kk) {
+    const auto a = MmaSmemDescriptor::sw128(a_tile + (kk / 4) * Cfg::chunk_bytes_kv() + r * 64 * 128, 0)
+                       .plus_bytes((kk % 4) * 32);
+    WgmmaSSMajor<Tag, Cfg::dkv_cols()>::template mma<0, 1>(acc, a.bits, b.plus_bytes(kk * 16 * 128).bits, 1u);
+  }
+}
+
+// dQ piece (64 queries [64 qs, ...) x N head-dim columns [col0, ...)) = dS K over the
+// block's keys. A = dS: the dS^T tile's chunk qs read MN-major (queries contiguous, keys are
+// rows); B = K read MN-major (head-dim columns contiguous, keys are rows). Caller fences, commits.
+template <class T, class Cfg, int N>
+__device__ __forceinline__ void issue_dq(float (&acc)[N / 2], const uint8_t* ds_tile, int qs,
+                                         const uint8_t* k_tile, int col0) {
+  using Tag = typename BwdMmaTag<T>::type;
+  const auto a = MmaSmemDescriptor::sw128(ds_tile + qs * Cfg::chunk_bytes_kv(), Cfg::chunk_bytes_kv());
+  const auto b = MmaSmemDescriptor::sw128(k_tile + (col0 / 64) * Cfg::chunk_bytes_kv(), Cfg::chunk_bytes_kv());
+#pragma unroll
+  for (int kk = 0; kk < Cfg::block_n() / 16; ++kk) {
+    WgmmaSSMajor<Tag, N>::template mma<1, 1>(acc, a.plus_bytes(kk * 16 * 128).bits,
+                                             b.plus_bytes(kk * 16 * 128).bits, kk > 0 ? 1u : 0u);
+  }
+}
+
+// Writes a 64 x N accumulator-layout tile of packed pairs (rows [64r, ...), columns [col0, ...))
+// into a P^T / dS^T buffer (block_n rows, 64-column chunks, 128B swizzle).
+template <class Cfg, int N>
+__device__ __forceinline__ void store_pds(uint8_t* tile, const uint32_t (&v)[N / 4], int r, int col0, int warp,
+                                          int lane) {
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = 64 * r + 16 * warp + lane / 4 + 8 * i;
+      const int col = col0 + 8 * j + 2 * (lane % 4);
+      *reinterpret_cast<uint32_t*>(tile + sw128_offset(row, col, Cfg::chunk_bytes_kv())) = v[2 * j + i];
+    }
+  }
+}
+
+// Adds this warpgroup's dQ slice to the float32 accumulator (rows past seq_q land in the padding,
+// which is never read back, and hold exact zeros anyway since their P is 0).
+template <class Cfg, int N>
+__device__ __forceinline__ void add_dq_tile(float* dq_rows, const float (&dq)[N / 2], int row0, int col0, int warp,
+                                            int lane) {
+  // One base pointer; every (i, j) is a compile-time offset from it (no per-element addresses).
+  float* base = dq_rows + int64_t(row0 + 16 * warp + lane / 4) * Cfg::head_dim() + col0 + 2 * (lane % 4);
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      red_add_f32x2(base + 8 * i * Cfg::head_dim() + 8 * j, dq[4 * j + 2 * i], dq[4 * j + 2 * i + 1]);
+    }
+  }
+}
+
+// Writes a 64 x dkv_cols accumulator (rows [n0 + 64r, ...) of one kv head, columns [col0, ...))
+// times `scale` to [batch, seq_k, heads_kv, head_dim]; rows past seq_k are dropped.
+template <class T, class Cfg>
+__device__ __forceinline__ void store_dkv(void* out, const float (&acc)[Cfg::dkv_cols() / 2], float scale,
+                                          const BwdArgs& args, int n0, int r, int col0, int kv_head, int batch,
+                                          int warp, int lane) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = n0 + 64 * r + 16 * warp + lane / 4 + 8 * i;
+    if (row >= args.seq_k) continue;
+    T* dst = static_cast<T*>(out) +
+             ((int64_t(batch) * args.seq_k + row) * args.heads_kv + kv_head) * Cfg::head_dim() + col0;
+#pragma unroll
+    for (int j = 0; j < Cfg::dkv_cols() / 8; ++j) {
+      const int col = 8 * j + 2 * (lane % 4);
+      *reinterpret_cast<uint32_t*>(dst + col) =
+          bwd_pack2<T>(acc[4 * j + 2 * i] * scale, acc[4 * j + 2 * i + 1] * scale);
+    }
+  }
+}
+
+template <class T, class Cfg, bool Causal>
+__device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_full,
+                                             typename StagedPipeline<Cfg::q_stages(), 1>::Barriers* q_bars,
+                                             typename StagedPipeline<Cfg::q_stages(), 1>::Barriers* do_bars,
+                                             const BwdArgs& args, int n0, int kv_head, int batch) {
+  using Ring = TmaConsumerPipeline<T, typename Cfg::RowRing, false>;
+  constexpr int NS = Cfg::s_cols();
+  constexpr int BM = Cfg::block_m();
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const bool elected = tid == 0;
+  // Ownership (bwd_config.cuh): S^T / dK / dV row group r and column split s; dQ slice (qs, ds).
+  const int r = c / Cfg::col_splits();
+  const int s = c % Cfg::col_splits();
+  const int qs = c % Cfg::dq_row_slices();
+  const int ds = c / Cfg::dq_row_slices();
+  const int s_col0 = s * NS;                 // first query column of this warpgroup's S^T slice
+  const int dkv_col0 = s * Cfg::dkv_cols();  // first head-dim column of its dK / dV
+  const int dq_col0 = ds * Cfg::dq_cols();
+
+  uint8_t* sK = smem + Cfg::k_offset();
+  uint8_t* sV = smem + Cfg::v_offset();
+  uint8_t* sDS = smem + Cfg::ds_offset();
+  uint8_t* sP = smem + Cfg::p_offset();
+  const float* sLse = reinterpret_cast<const float*>(smem + Cfg::lse_offset());
+  const float* sDelta = reinterpret_cast<const float*>(smem + Cfg::delta_offset());
+
+  Ring q(q_bars, smem + Cfg::q_offset());
+  Ring dO(do_bars, smem + Cfg::do_offset());
+
+  float dk[Cfg::dkv_cols() / 2];
+  float dv[Cfg::dkv_cols() / 2];
+#pragma unroll
+  for (int i = 0; i < Cfg::dkv_cols() / 2; ++i) dk[i] = dv[i] = 0.f;
+
+  int m_begin, m_end;
+  bwd_m_range<Cfg, Causal>(args, n0, &m_begin, &m_end);
+  const bool any = m_end > m_begin;
+  if (any) mbarrier_wait(kv_full, 0);
+
+  // This thread's first key row (the second is +8) and the offset of its first query column.
+  const int key_row0 = n0 + 64 * r + 16 * warp + lane / 4;
+  const int col_in_slice = 2 * (lane % 4);
+  int step = 0;
+
+  for (int g = 0; any && g < args.group; ++g) {
+    const int head = kv_head * args.group + g;
+    float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
+    for (int m = m_begin; m < m_end; ++m, ++step) {
+      const int m0 = m * BM;
+      const int stage = q.pipe.stage;  // the two rings advance together
+      const uint8_t* q_tile = q.get();
+      const uint8_t* do_tile = dO.get();
+
+      // S^T and dP^T: both issued before either is read, so dP^T runs during P's exp2.
+      float st[NS / 2];
+      float dpt[NS / 2];
+      q.wait(0);
+      wgmma_fence();
+      issue_transposed_scores<T, Cfg, NS>(st, sK, r, q_tile, s_col0);
+      wgmma_commit();
+      dO.wait(0);
+      wgmma_fence();  // a wait loop sits between the two groups: fence again (else ptxas injects one, C7519)
+      issue_transposed_scores<T, Cfg, NS>(dpt, sV, r, do_tile, s_col0);
+      wgmma_commit();
+
+      // P^T = 2^(S^T * scale * log2 e - lse2[query]); masked entries are set to exactly 0.
+      const bool need_mask = n0 + Cfg::block_n() > args.seq_k ||
+                             (Causal && n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q);
+      const float* lse_cols = sLse + stage * BM + s_col0 + col_in_slice;
+      wgmma_wait<1>();
+      fence_regs(st);
+#pragma unroll
+      for (int j = 0; j < NS / 8; ++j) {
+        const float2 l = *reinterpret_cast<const float2*>(lse_cols + 8 * j);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float p = bwd_exp2(fmaf(st[4 * j + 2 * i + e], args.scale_log2, -(e ? l.y : l.x)));
+            if (need_mask) {
+              const int key = key_row0 + 8 * i;
+              const int query = m0 + s_col0 + col_in_slice + 8 * j + e;
+              if (key >= args.seq_k || (Causal && key > query + args.seq_k - args.seq_q)) p = 0.f;
+            }
+            st[4 * j + 2 * i + e] = p;
+          }
+        }
+      }
+
+      // dS^T = P^T * (dP^T - delta'[query]).
+      const float* delta_cols = sDelta + stage * BM + s_col0 + col_in_slice;
+      wgmma_wait<0>();
+      fence_regs(dpt);
+#pragma unroll
+      for (int j = 0; j < NS / 8; ++j) {
+        const float2 dl = *reinterpret_cast<const float2*>(delta_cols + 8 * j);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          dpt[4 * j + 2 * i] = st[4 * j + 2 * i] * (dpt[4 * j + 2 * i] - dl.x);
+          dpt[4 * j + 2 * i + 1] = st[4 * j + 2 * i + 1] * (dpt[4 * j + 2 * i + 1] - dl.y);
+        }
+      }
+      uint32_t pf[NS / 4];
+      uint32_t dsf[NS / 4];
+#pragma unroll
+      for (int k = 0; k < NS / 4; ++k) {
+        pf[k] = bwd_pack2<T>(st[2 * k], st[2 * k + 1]);
+        dsf[k] = bwd_pack2<T>(dpt[2 * k], dpt[2 * k + 1]);
+      }
+
+      uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
+      uint8_t* p_tile = sP + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
+      if constexpr (Cfg::pds_in_registers()) {
+        // This warpgroup holds all block_m query columns of its 64 key rows: dV and dK straight
+        // from registers, issued before the dS^T store so they run during it.
+        wgmma_fence();
+        issue_dkv_rs<T, Cfg>(dv, pf, do_tile, dkv_col0);
+        issue_dkv_rs<T, Cfg>(dk, dsf, q_tile, dkv_col0);
+        wgmma_commit();
+        store_pds<Cfg, NS>(ds_tile, dsf, r, s_col0, warp, lane);
+      } else {
+        store_pds<Cfg, NS>(p_tile, pf, r, s_col0, warp, lane);
+        store_pds<Cfg, NS>(ds_tile, dsf, r, s_col0, warp, lane);
+      }
+      // Generic-proxy stores -> wgmma (async proxy) reads, across both warpgroups.
+      fence_proxy_async_smem();
+      named_barrier_sync(kBwdBarPds, kBwdConsumerThreads);
+
+      wgmma_fence();
+      if constexpr (!Cfg::pds_in_registers()) {
+        issue_dkv_ss<T, Cfg>(dv, p_tile, r, do_tile, dkv_col0);
+        issue_dkv_ss<T, Cfg>(dk, ds_tile, r, q_tile, dkv_col0);
+      }
+      // dQ in dq_pieces() column pieces one after the other (hd256: bounds the live registers).
+      constexpr int kPieceCols = Cfg::dq_cols() / Cfg::dq_pieces();
+      float dq[kPieceCols / 2];
+      issue_dq<T, Cfg, kPieceCols>(dq, ds_tile, qs, sK, dq_col0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(dq);
+      fence_regs(dk);
+      fence_regs(dv);
+      if constexpr (Cfg::pds_in_registers()) {
+        fence_regs(pf);  // read asynchronously by the RS wgmma: keep the registers until here
+        fence_regs(dsf);
+      }
+
+      // Q, dO (and their lse2 / delta') are no longer read by this warpgroup.
+      q.release(elected);
+      dO.release(elected);
+      q.advance();
+      dO.advance();
+
+      add_dq_tile<Cfg, kPieceCols>(dq_rows, dq, m0 + 64 * qs, dq_col0, warp, lane);
+#pragma unroll
+      for (int piece = 1; piece < Cfg::dq_pieces(); ++piece) {
+        // ds_tile and K stay valid: the next write of this dS^T stage is two barriers away.
+        wgmma_fence();
+        issue_dq<T, Cfg, kPieceCols>(dq, ds_tile, qs, sK, dq_col0 + piece * kPieceCols);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(dq);
+        add_dq_tile<Cfg, kPieceCols>(dq_rows, dq, m0 + 64 * qs, dq_col0 + piece * kPieceCols, warp, lane);
+      }
+    }
+  }
+
+  // Epilogue: dK = softmax_scale * dS^T Q summed over the group, dV = P^T dO; rows past seq_k
+  // dropped. A key block no query sees (possible only with seq_q == 0) writes zeros.
+  store_dkv<T, Cfg>(args.dk, dk, args.softmax_scale, args, n0, r, dkv_col0, kv_head, batch, warp, lane);
+  store_dkv<T, Cfg>(args.dv, dv, 1.f, args, n0, r, dkv_col0, kv_head, batch, warp, lane);
+}
+
+template <class T, class Cfg, bool Causal>
+__global__ void __launch_bounds__(Cfg::threads(), 1)
+    bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+               const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+               const BwdArgs args) {
+  using Barriers = typename StagedPipeline<Cfg::q_stages(), 1>::Barriers;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
+  auto* q_bars = reinterpret_cast<Barriers*>(kv_full + 1);
+  auto* do_bars = q_bars + 1;
+  static_assert(sizeof(Barriers) == 8 * 2 * Cfg::q_stages(), "barrier block size (bwd_config.cuh)");
+
+  const int n0 = int(blockIdx.x) * Cfg::block_n();
+  const int kv_head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_map(&tm_q);
+    tma_prefetch_map(&tm_k);
+    tma_prefetch_map(&tm_v);
+    tma_prefetch_map(&tm_do);
+    mbarrier_init(kv_full, 1);
+    StagedPipeline<Cfg::q_stages(), 1>::init(q_bars, Cfg::consumer_warpgroups());
+    StagedPipeline<Cfg::q_stages(), 1>::init(do_bars, Cfg::consumer_warpgroups());
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    setmaxnreg_dec<Cfg::producer_regs()>();
+    int m_begin, m_end;
+    bwd_m_range<Cfg, Causal>(args, n0, &m_begin, &m_end);
+    if (threadIdx.x == 0 && m_end > m_begin) {
+      mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kv_tile_bytes());
+#pragma unroll
+      for (int c = 0; c < Cfg::chunks(); ++c) {
+        tma_load_4d(smem + Cfg::k_offset() + c * Cfg::chunk_bytes_kv(), &tm_k, kv_full, c * 64, n0, kv_head, batch);
+      }
+#pragma unroll
+      for (int c = 0; c < Cfg::chunks(); ++c) {
+        tma_load_4d(smem + Cfg::v_offset() + c * Cfg::chunk_bytes_kv(), &tm_v, kv_full, c * 64, n0, kv_head, batch);
+      }
+      StagedPipeline<Cfg::q_stages(), 1> q_ring{q_bars};
+      StagedPipeline<Cfg::q_stages(), 1> do_ring{do_bars};
+      float* sLse = reinterpret_cast<float*>(smem + Cfg::lse_offset());
+      float* sDelta = reinterpret_cast<float*>(smem + Cfg::delta_offset());
+      for (int g = 0; g < args.group; ++g) {
+        const int head = kv_head * args.group + g;
+        const int64_t vec_row = (int64_t(batch) * args.heads_q + head) * args.seq_q_pad;
+        for (int m = m_begin; m < m_end; ++m) {
+          const int m0 = m * Cfg::block_m();
+          load_row_step<Cfg>(q_ring, smem + Cfg::q_offset(), sLse, &tm_q, args.lse2 + vec_row + m0, m0, head, batch);
+          load_row_step<Cfg>(do_ring, smem + Cfg::do_offset(), sDelta, &tm_do, args.delta + vec_row + m0, m0, head,
+                             batch);
+        }
+      }
+    }
+  } else {
+    setmaxnreg_inc<Cfg::consumer_regs()>();
+    bwd_consumer<T, Cfg, Causal>(wg - 1, smem, kv_full, q_bars, do_bars, args, n0, kv_head, batch);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Preprocess and postprocess (plain CUDA, memory-bound)
+// ---------------------------------------------------------------------------------------------
+
+// One warp per padded query row (batch, head, i < seq_q_pad). Rows past seq_q, and rows whose
+// lse is -inf (they saw no key: o = 0, nothing flows back), get lse2 = +inf and delta' = 0.
+template <class T, int HeadDim>
+__global__ void __launch_bounds__(256) bwd_preprocess(const T* o, const T* d_o, const float* lse, const float* dlse,
+                                                      float* lse2, float* delta, int batch, int seq_q,
+                                                      int seq_q_pad, int heads_q) {
+  constexpr int kVec = 8;  // 16-byte loads
+  constexpr int kLanes = HeadDim / kVec;
+  static_assert(kLanes <= 32, "one warp per row");
+  const int64_t row = int64_t(blockIdx.x) * 8 + threadIdx.x / 32;  // (batch * heads_q + head) * pad + i
+  const int lane = threadIdx.x % 32;
+  if (row >= int64_t(batch) * heads_q * seq_q_pad) return;
+  const int i = int(row % seq_q_pad);
+  const int64_t bh = row / seq_q_pad;
+  const int head = int(bh % heads_q);
+  const int b = int(bh / heads_q);
+  float acc = 0.f;
+  if (i < seq_q && lane < kLanes) {
+    const int64_t off = ((int64_t(b) * seq_q + i) * heads_q + head) * HeadDim + lane * kVec;
+    const uint4 ov = *reinterpret_cast<const uint4*>(o + off);
+    const uint4 dv = *reinterpret_cast<const uint4*>(d_o + off);
+    const T* op = reinterpret_cast<const T*>(&ov);
+    const T* dp = reinterpret_cast<const T*>(&dv);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) acc += float(op[k]) * float(dp[k]);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, off);
+  if (lane == 0) {
+    float l2 = INFINITY, dl = 0.f;
+    if (i < seq_q) {
+      const int64_t li = bh * seq_q + i;
+      const float l = lse[li];
+      if (l != -INFINITY) {
+        l2 = l * 1.4426950408889634f;
+        dl = acc - dlse[li];
+      }
+    }
+    lse2[row] = l2;
+    delta[row] = dl;
+  }
+}
+
+// dq[b, i, h, :] = softmax_scale * dq_accum[b, h, i, :], 8 elements per thread.
+template <class T, int HeadDim>
+__global__ void __launch_bounds__(256) bwd_postprocess(const float* dq_accum, T* dq, float scale, int batch,
+                                                       int seq_q, int seq_q_pad, int heads_q) {
+  constexpr int kVec = 8;
+  const int64_t idx = int64_t(blockIdx.x) * 256 + threadIdx.x;  // over batch * seq_q * heads_q * HeadDim / 8
+  const int64_t total = int64_t(batch) * seq_q * heads_q * (HeadDim / kVec);
+  if (idx >= total) return;
+  const int cv = int(idx % (HeadDim / kVec));
+  const int64_t rest = idx / (HeadDim / kVec);
+  const int head = int(rest % heads_q);
+  const int64_t bi = rest / heads_q;  // b * seq_q + i
+  const int i = int(bi % seq_q);
+  const int b = int(bi / seq_q);
+  const float* src = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + i) * HeadDim + cv * kVec;
+  const float4 a = *reinterpret_cast<const float4*>(src);
+  const float4 c = *reinterpret_cast<const float4*>(src + 4);
+  uint4 out;
+  out.x = bwd_pack2<T>(a.x * scale, a.y * scale);
+  out.y = bwd_pack2<T>(a.z * scale, a.w * scale);
+  out.z = bwd_pack2<T>(c.x * scale, c.y * scale);
+  out.w = bwd_pack2<T>(c.z * scale, c.w * scale);
+  *reinterpret_cast<uint4*>(dq + bi * heads_q * HeadDim + int64_t(head) * HeadDim + cv * kVec) = out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side
+// ---------------------------------------------------------------------------------------------
+
+// Enqueues preprocess, main kernel and postprocess for one (dtype, head dim, causal).
+template <class T, class Cfg, bool Causal>
+std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
+  constexpr int D = Cfg::head_dim();
+  const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+  const int64_t pad = bwd_seq_q_pad(p.seq_q);
+  cudaError_t e;
+  auto fail = [](const char* what, cudaError_t err) {
+    return std::string("backward ") + what + " failed: " + cudaGetErrorString(err);
+  };
+
+  e = cudaMemsetAsync(ws.dq_accum, 0, size_t(p.batch) * p.heads_q * pad * D * sizeof(float), stream);
+  if (e != cudaSuccess) return fail("dq_accum memset", e);
+  {
+    const int64_t rows = p.batch * p.heads_q * pad;
+    bwd_preprocess<T, D><<<unsigned((rows + 7) / 8), 256, 0, stream>>>(
+        static_cast<const T*>(p.o), static_cast<const T*>(p.d_o), p.lse, p.dlse, ws.lse2, ws.delta,
+        int(p.batch), int(p.seq_q), int(pad), int(p.heads_q));
+    if ((e = cudaGetLastError()) != cudaSuccess) return fail("preprocess launch", e);
+  }
+
+  if (p.seq_k > 0) {
+    CUtensorMap tq, tk, tv, tdo;
+    std::string err;
+    if (!(err = make_bshd_tensor_map(&tq, p.q, bf16, p.batch, p.seq_q, p.heads_q, D, Cfg::block_m())).empty()) return err;
+    if (!(err = make_bshd_tensor_map(&tk, p.k, bf16, p.batch, p.seq_k, p.heads_kv, D, Cfg::block_n())).empty()) return err;
+    if (!(err = make_bshd_tensor_map(&tv, p.v, bf16, p.batch, p.seq_k, p.heads_kv, D, Cfg::block_n())).empty()) return err;
+    if (!(err = make_bshd_tensor_map(&tdo, p.d_o, bf16, p.batch, p.seq_q, p.heads_q, D, Cfg::block_m())).empty()) return err;
+
+    BwdArgs args;
+    args.dq_accum = ws.dq_accum;
+    args.lse2 = ws.lse2;
+    args.delta = ws.delta;
+    args.dk = p.dk;
+    args.dv = p.dv;
+    args.seq_q = int(p.seq_q);
+    args.seq_k = int(p.seq_k);
+    args.seq_q_pad = int(pad);
+    args.heads_q = int(p.heads_q);
+    args.heads_kv = int(p.heads_kv);
+    args.group = int(p.heads_q / p.heads_kv);
+    args.softmax_scale = p.softmax_scale;
+    args.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+
+    auto kernel = bwd_kernel<T, Cfg, Causal>;
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
+    if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
+    // Key blocks in index order: under a causal mask block 0 sees the most queries, so the
+    // longest CTAs start first.
+    const dim3 grid(unsigned((p.seq_k + Cfg::block_n() - 1) / Cfg::block_n()), unsigned(p.heads_kv),
+                    unsigned(p.batch));
+    kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, tdo, args);
+    if ((e = cudaGetLastError()) != cudaSuccess) return fail("main kernel launch", e);
+  }
+
+  {
+    const int64_t total = p.batch * p.seq_q * p.heads_q * (D / 8);
+    bwd_postprocess<T, D><<<unsigned((total + 255) / 256), 256, 0, stream>>>(
+        ws.dq_accum, static_cast<T*>(p.dq), p.softmax_scale, int(p.batch), int(p.seq_q), int(pad),
+        int(p.heads_q));
+    if ((e = cudaGetLastError()) != cudaSuccess) return fail("postprocess launch", e);
+  }
+  return {};
+}
+
+template <int HeadDim>
+std::string launch_bwd_head_dim(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
+  using Cfg = BwdConfig<HeadDim>;
+  if (p.dtype == BwdDtype::kBf16) {
+    return p.causal ? launch_bwd_kernel<__nv_bfloat16, Cfg, true>(p, ws, stream)
+                    : launch_bwd_kernel<__nv_bfloat16, Cfg, false>(p, ws, stream);
+  }
+  return p.causal ? launch_bwd_kernel<__half, Cfg, true>(p, ws, stream)
+                  : launch_bwd_kernel<__half, Cfg, false>(p, ws, stream);
+}
+
+}  // namespace fa4::hopper

@@ -1,0 +1,372 @@
+// Standalone check of the Hopper backward kernels, no JAX involved: random q, k, v, dO and lse
+// cotangent, the forward's o and lse from a float64 CPU forward, outputs (and the workspace)
+// poisoned with NaN before each launch, dq/dk/dv compared with a float64 CPU backward. Then
+// (--bench) kernel-only timings of the whole backward (preprocess + main + postprocess) on the
+// FlashAttention-3 grid. Build (on the GPU machine; see cuda/hopper/run_bwd_check.sh):
+//   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda \
+//        -Xcompiler -fopenmp tests/gpu/cuda/bwd_kernel_check.cu cuda/hopper/bwd_*.cu \
+//        cuda/hopper/tensor_map.cu -o bwd_check
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "hopper/bwd_launch.h"
+
+using fa4::hopper::BwdDtype;
+using fa4::hopper::BwdProblem;
+using fa4::hopper::BwdWorkspace;
+
+#define CHECK_CUDA(x)                                                                      \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(2);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+static uint16_t to_bits(float x, bool bf16) {
+  uint16_t b;
+  if (bf16) {
+    __nv_bfloat16 h = __float2bfloat16(x);
+    std::memcpy(&b, &h, 2);
+  } else {
+    __half h = __float2half(x);
+    std::memcpy(&b, &h, 2);
+  }
+  return b;
+}
+static float from_bits(uint16_t b, bool bf16) {
+  if (bf16) {
+    __nv_bfloat16 h;
+    std::memcpy(&h, &b, 2);
+    return __bfloat162float(h);
+  }
+  __half h;
+  std::memcpy(&h, &b, 2);
+  return __half2float(h);
+}
+
+struct Case {
+  int b, sq, sk, hq, hkv, d;
+  bool bf16, causal, with_dlse;
+};
+
+static std::string describe(const Case& c) {
+  char buf[220];
+  std::snprintf(buf, sizeof buf, "b=%d sq=%d sk=%d hq=%d hkv=%d d=%d %s %s%s", c.b, c.sq, c.sk, c.hq, c.hkv, c.d,
+                c.bf16 ? "bf16" : "fp16", c.causal ? "causal" : "full", c.with_dlse ? " +dlse" : "");
+  return buf;
+}
+
+// Float64 forward and backward of one problem. Inputs are the rounded 16-bit values (as floats).
+struct Reference {
+  std::vector<double> o, lse, dq, dk, dv;
+};
+
+static Reference reference(const Case& c, const std::vector<float>& q, const std::vector<float>& k,
+                           const std::vector<float>& v, const std::vector<float>& dout,
+                           const std::vector<float>& dlse, double scale) {
+  const int group = c.hq / c.hkv;
+  const size_t nq = size_t(c.b) * c.sq * c.hq * c.d, nk = size_t(c.b) * c.sk * c.hkv * c.d;
+  Reference r;
+  r.o.assign(nq, 0.0);
+  r.dq.assign(nq, 0.0);
+  r.lse.assign(size_t(c.b) * c.hq * c.sq, -INFINITY);
+  r.dk.assign(nk, 0.0);
+  r.dv.assign(nk, 0.0);
+  // dK/dV per q head (summed over the group afterwards), so the (b, h) loop runs in parallel.
+  std::vector<double> dk_h(size_t(c.b) * c.hq * c.sk * c.d, 0.0), dv_h(dk_h.size(), 0.0);
+  auto qi = [&](int bb, int i, int h) { return ((size_t(bb) * c.sq + i) * c.hq + h) * c.d; };
+  auto ki = [&](int bb, int j, int h) { return ((size_t(bb) * c.sk + j) * c.hkv + h) * c.d; };
+#pragma omp parallel for schedule(dynamic)
+  for (int bh = 0; bh < c.b * c.hq; ++bh) {
+    const int bb = bh / c.hq, h = bh % c.hq, kvh = h / group;
+    double* dkh = dk_h.data() + size_t(bh) * c.sk * c.d;
+    double* dvh = dv_h.data() + size_t(bh) * c.sk * c.d;
+    std::vector<double> p(std::max(c.sk, 1)), dp(std::max(c.sk, 1));
+    for (int i = 0; i < c.sq; ++i) {
+      const int limit = c.causal ? std::min(c.sk, std::max(0, i + c.sk - c.sq + 1)) : c.sk;
+      if (limit == 0) continue;  // sees no key: o = 0, lse = -inf, no gradient
+      double m = -INFINITY;
+      for (int j = 0; j < limit; ++j) {
+        double acc = 0;
+        for (int t = 0; t < c.d; ++t) acc += double(q[qi(bb, i, h) + t]) * double(k[ki(bb, j, kvh) + t]);
+        p[j] = acc * scale;
+        m = std::max(m, p[j]);
+      }
+      double l = 0;
+      for (int j = 0; j < limit; ++j) l += (p[j] = std::exp(p[j] - m));
+      for (int j = 0; j < limit; ++j) p[j] /= l;
+      double* o = r.o.data() + qi(bb, i, h);
+      for (int j = 0; j < limit; ++j)
+        for (int t = 0; t < c.d; ++t) o[t] += p[j] * double(v[ki(bb, j, kvh) + t]);
+      const size_t li = (size_t(bb) * c.hq + h) * c.sq + i;
+      r.lse[li] = m + std::log(l);
+      double delta = 0;
+      for (int t = 0; t < c.d; ++t) delta += double(dout[qi(bb, i, h) + t]) * o[t];
+      double* dq = r.dq.data() + qi(bb, i, h);
+      for (int j = 0; j < limit; ++j) {
+        double acc = 0;
+        for (int t = 0; t < c.d; ++t) acc += double(dout[qi(bb, i, h) + t]) * double(v[ki(bb, j, kvh) + t]);
+        const double ds = p[j] * (acc - delta + double(dlse[li]));
+        for (int t = 0; t < c.d; ++t) {
+          dq[t] += scale * ds * double(k[ki(bb, j, kvh) + t]);
+          dkh[size_t(j) * c.d + t] += scale * ds * double(q[qi(bb, i, h) + t]);
+          dvh[size_t(j) * c.d + t] += p[j] * double(dout[qi(bb, i, h) + t]);
+        }
+      }
+    }
+  }
+  for (int bh = 0; bh < c.b * c.hq; ++bh) {
+    const int bb = bh / c.hq, h = bh % c.hq, kvh = h / group;
+    for (int j = 0; j < c.sk; ++j)
+      for (int t = 0; t < c.d; ++t) {
+        r.dk[ki(bb, j, kvh) + t] += dk_h[(size_t(bh) * c.sk + j) * c.d + t];
+        r.dv[ki(bb, j, kvh) + t] += dv_h[(size_t(bh) * c.sk + j) * c.d + t];
+      }
+  }
+  return r;
+}
+
+struct Err {
+  double max_err = 0, max_ref = 0;
+  size_t nonfinite = 0;
+};
+static Err compare(const std::vector<uint16_t>& got, const std::vector<double>& ref, bool bf16) {
+  Err e;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double g = from_bits(got[i], bf16);
+    e.max_ref = std::max(e.max_ref, std::fabs(ref[i]));
+    if (!std::isfinite(g)) {
+      e.nonfinite++;
+      continue;
+    }
+    e.max_err = std::max(e.max_err, std::fabs(g - ref[i]));
+  }
+  return e;
+}
+
+// Returns true on pass.
+static bool run_case(const Case& c, uint64_t seed, double* worst_ratio) {
+  const size_t nq = size_t(c.b) * c.sq * c.hq * c.d, nk = size_t(c.b) * c.sk * c.hkv * c.d;
+  const size_t nlse = size_t(c.b) * c.hq * c.sq;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<uint16_t> hq(nq), hk(nk), hv(nk), hdo(nq);
+  std::vector<float> fq(nq), fk(nk), fv(nk), fdo(nq), dlse(nlse, 0.f);
+  auto fill = [&](std::vector<uint16_t>& bits, std::vector<float>& f) {
+    for (size_t i = 0; i < bits.size(); ++i) {
+      bits[i] = to_bits(nd(rng), c.bf16);
+      f[i] = from_bits(bits[i], c.bf16);
+    }
+  };
+  fill(hq, fq);
+  fill(hk, fk);
+  fill(hv, fv);
+  fill(hdo, fdo);
+  if (c.with_dlse)
+    for (auto& x : dlse) x = nd(rng);
+  const double scale = 1.0 / std::sqrt(double(c.d));
+  Reference ref = reference(c, fq, fk, fv, fdo, dlse, scale);
+  // The forward's outputs as the kernel would see them: o rounded to the input dtype, lse float.
+  std::vector<uint16_t> ho(nq);
+  for (size_t i = 0; i < nq; ++i) ho[i] = to_bits(float(ref.o[i]), c.bf16);
+  std::vector<float> hlse(nlse);
+  for (size_t i = 0; i < nlse; ++i) hlse[i] = float(ref.lse[i]);
+
+  auto dev = [](size_t bytes) {
+    void* p;
+    CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
+    return p;
+  };
+  void *dq_in = dev(nq * 2), *dk_in = dev(nk * 2), *dv_in = dev(nk * 2), *do_in = dev(nq * 2), *o_in = dev(nq * 2);
+  float* lse_in = static_cast<float*>(dev(nlse * 4));
+  float* dlse_in = static_cast<float*>(dev(nlse * 4));
+  void *dq = dev(nq * 2), *dk = dev(nk * 2), *dv = dev(nk * 2);
+  // (Empty tensors: no copy at all; a null host pointer is not accepted even for 0 bytes.)
+  auto h2d = [](void* dst, const void* src, size_t bytes) {
+    if (bytes) CHECK_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  };
+  auto d2h = [](void* dst, const void* src, size_t bytes) {
+    if (bytes) CHECK_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  };
+  h2d(dq_in, hq.data(), nq * 2);
+  h2d(dk_in, hk.data(), nk * 2);
+  h2d(dv_in, hv.data(), nk * 2);
+  h2d(do_in, hdo.data(), nq * 2);
+  h2d(o_in, ho.data(), nq * 2);
+  h2d(lse_in, hlse.data(), nlse * 4);
+  h2d(dlse_in, dlse.data(), nlse * 4);
+
+  BwdProblem p{dq_in, dk_in, dv_in, o_in, lse_in, do_in, dlse_in, dq, dk, dv,
+               c.b,   c.sq,  c.sk,  c.hq, c.hkv,  c.d,   c.bf16 ? BwdDtype::kBf16 : BwdDtype::kF16,
+               float(scale), c.causal};
+  const size_t ws_bytes = fa4::hopper::bwd_workspace_bytes(p);
+  void* ws_mem = dev(ws_bytes);
+  const BwdWorkspace ws = fa4::hopper::bwd_workspace_from(ws_mem, p);
+
+  std::vector<uint16_t> gq[2], gk[2], gv[2];
+  for (int run = 0; run < 2; ++run) {
+    // Poison: 0xFFFF is NaN in bf16 and fp16; the workspace too (0xFFFFFFFF is a float NaN).
+    CHECK_CUDA(cudaMemset(dq, 0xFF, std::max<size_t>(nq * 2, 16)));
+    CHECK_CUDA(cudaMemset(dk, 0xFF, std::max<size_t>(nk * 2, 16)));
+    CHECK_CUDA(cudaMemset(dv, 0xFF, std::max<size_t>(nk * 2, 16)));
+    CHECK_CUDA(cudaMemset(ws_mem, 0xFF, std::max<size_t>(ws_bytes, 16)));
+    std::string err = fa4::hopper::launch_bwd(p, ws, 0);
+    if (!err.empty()) {
+      std::printf("FAIL %s: launch error: %s\n", describe(c).c_str(), err.c_str());
+      return false;
+    }
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+      std::printf("FAIL %s: kernel error %s\n", describe(c).c_str(), cudaGetErrorString(e));
+      std::exit(2);  // the context is gone
+    }
+    gq[run].resize(nq);
+    gk[run].resize(nk);
+    gv[run].resize(nk);
+    d2h(gq[run].data(), dq, nq * 2);
+    d2h(gk[run].data(), dk, nk * 2);
+    d2h(gv[run].data(), dv, nk * 2);
+  }
+  for (void* ptr : {dq_in, dk_in, dv_in, do_in, o_in, static_cast<void*>(lse_in), static_cast<void*>(dlse_in), dq,
+                    dk, dv, ws_mem})
+    cudaFree(ptr);
+
+  // dK and dV come from registers of one CTA each: a second run must give the same bits (a moving
+  // result is a race). dQ is summed by float atomics in hardware order: not expected to repeat.
+  const bool kv_same = gk[0] == gk[1] && gv[0] == gv[1];
+  const bool q_same = gq[0] == gq[1];
+  const Err eq = compare(gq[0], ref.dq, c.bf16), ek = compare(gk[0], ref.dk, c.bf16),
+            ev = compare(gv[0], ref.dv, c.bf16);
+  // Relative to each gradient's largest magnitude. P and dS are rounded to the input dtype before
+  // their MMAs (2^-9 relative for bf16, 2^-12 for fp16), o is rounded too (delta), and the outputs
+  // are rounded once more; a layout or masking bug gives O(1).
+  const double tol = c.bf16 ? 3e-2 : 6e-3;
+  double ratio = 0;
+  for (const Err* e : {&eq, &ek, &ev}) ratio = std::max(ratio, e->max_ref > 0 ? e->max_err / (tol * e->max_ref) : (e->max_err > 0 ? 1e30 : 0));
+  const bool pass = eq.nonfinite + ek.nonfinite + ev.nonfinite == 0 && ratio <= 1.0 && kv_same;
+  *worst_ratio = std::max(*worst_ratio, ratio);
+  std::printf("%s %-62s rel err dq %.2e dk %.2e dv %.2e (tol %.0e) nonfinite %zu/%zu/%zu  dk,dv %s  dq %s\n",
+              pass ? "ok  " : "FAIL", describe(c).c_str(), eq.max_ref > 0 ? eq.max_err / eq.max_ref : eq.max_err,
+              ek.max_ref > 0 ? ek.max_err / ek.max_ref : ek.max_err, ev.max_ref > 0 ? ev.max_err / ev.max_ref : ev.max_err,
+              tol, eq.nonfinite, ek.nonfinite, ev.nonfinite, kv_same ? "repeat" : "DIFFER ON RERUN",
+              q_same ? "repeats" : "differs on rerun (atomics)");
+  return pass;
+}
+
+static void bench(const std::vector<int>& seqs) {
+  std::printf("\nkernel-only backward timing (preprocess + main + postprocess), FA3 grid (bf16, 16k tokens, "
+              "hidden 2048), median of 10; TFLOP/s with backward FLOPs = 2.5 x forward\n");
+  std::printf("%5s %7s %6s %6s %10s %9s\n", "hd", "causal", "seq", "batch", "ms", "TFLOP/s");
+  for (int d : {64, 128, 256}) {
+    for (int causal = 0; causal < 2; ++causal) {
+      for (int s : seqs) {
+        const int b = 16384 / s, h = 2048 / d;
+        const size_t n = size_t(b) * s * h * d;
+        void *q, *k, *v, *o, *dout, *dq, *dk, *dv;
+        float *lse, *dlse;
+        for (void** ptr : {&q, &k, &v, &o, &dout, &dq, &dk, &dv}) CHECK_CUDA(cudaMalloc(ptr, n * 2));
+        CHECK_CUDA(cudaMalloc(&lse, size_t(b) * h * s * 4));
+        CHECK_CUDA(cudaMalloc(&dlse, size_t(b) * h * s * 4));
+        std::vector<uint16_t> host(n);
+        std::mt19937 rng(d * 7 + s);
+        std::normal_distribution<float> nd(0.f, 1.f);
+        for (auto& x : host) x = to_bits(nd(rng), true);
+        for (void* ptr : {q, k, v, o, dout}) CHECK_CUDA(cudaMemcpy(ptr, host.data(), n * 2, cudaMemcpyHostToDevice));
+        // lse: a plausible value (log of the key count) so P stays O(1/seq); dlse zero.
+        std::vector<float> hl(size_t(b) * h * s, std::log(float(s)) + 4.f);
+        CHECK_CUDA(cudaMemcpy(lse, hl.data(), hl.size() * 4, cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaMemset(dlse, 0, hl.size() * 4));
+        BwdProblem p{q, k, v, o, lse, dout, dlse, dq, dk, dv, b, s, s, h, h, d, BwdDtype::kBf16,
+                     1.f / std::sqrt(float(d)), causal != 0};
+        void* ws_mem;
+        CHECK_CUDA(cudaMalloc(&ws_mem, fa4::hopper::bwd_workspace_bytes(p)));
+        const BwdWorkspace ws = fa4::hopper::bwd_workspace_from(ws_mem, p);
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        std::vector<float> ms;
+        for (int it = 0; it < 13; ++it) {
+          cudaEventRecord(e0);
+          std::string err = fa4::hopper::launch_bwd(p, ws, 0);
+          cudaEventRecord(e1);
+          if (!err.empty()) {
+            std::printf("launch error %s\n", err.c_str());
+            std::exit(3);
+          }
+          CHECK_CUDA(cudaEventSynchronize(e1));
+          float t;
+          cudaEventElapsedTime(&t, e0, e1);
+          if (it >= 3) ms.push_back(t);
+        }
+        std::sort(ms.begin(), ms.end());
+        const double med = ms[ms.size() / 2];
+        const double flops = 2.5 * 4.0 * b * h * double(s) * s * d / (causal ? 2 : 1);
+        std::printf("%5d %7s %6d %6d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, med, flops / med / 1e9);
+        std::fflush(stdout);
+        for (void* ptr : {q, k, v, o, dout, dq, dk, dv, static_cast<void*>(lse), static_cast<void*>(dlse), ws_mem})
+          cudaFree(ptr);
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+      }
+    }
+  }
+}
+
+int main(int argc, char** argv) {
+  bool do_bench = false, do_check = true;
+  std::vector<int> seqs = {512, 1024, 2048, 4096, 8192, 16384};
+  std::vector<int> only_d;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--bench")) do_bench = true;
+    if (!std::strcmp(argv[i], "--no-check")) do_check = false;
+    if (!std::strcmp(argv[i], "--quick-bench")) seqs = {2048, 16384};
+    if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
+  }
+  int device = 0, major = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major != 9) {
+    std::printf("needs a Hopper GPU (sm_90a)\n");
+    return 2;
+  }
+  int failures = 0, total = 0;
+  double worst = 0;
+  if (do_check) {
+    // b, sq, sk, hq, hkv: ragged lengths, seq_q != seq_k both ways (with causal, rows that see no
+    // key), GQA ratios 1/2/4/8, odd batch, empty sequences, and enough query blocks that the Q/dO
+    // rings wrap many times.
+    const Case shapes[] = {
+        {1, 1, 1, 1, 1},      {3, 17, 17, 2, 1},     {1, 127, 127, 4, 2},   {1, 200, 1000, 4, 1},
+        {1, 1000, 200, 2, 2}, {2, 300, 301, 8, 8},   {1, 1000, 1000, 2, 1}, {1, 300, 300, 8, 1},
+        {1, 5, 0, 2, 1},      {1, 0, 5, 2, 1},       {1, 129, 257, 2, 2},
+    };
+    const std::vector<int> dims = only_d.empty() ? std::vector<int>{64, 128, 256} : only_d;
+    uint64_t seed = 1;
+    for (int d : dims)
+      for (int bf16 = 1; bf16 >= 0; --bf16)
+        for (int causal = 0; causal < 2; ++causal)
+          for (Case c : shapes) {
+            c.d = d;
+            c.bf16 = bf16;
+            c.causal = causal;
+            c.with_dlse = (seed % 2) == 0;
+            ++total;
+            failures += !run_case(c, seed++, &worst);
+          }
+    std::printf("\n%d/%d cases passed; worst max-error / tolerance = %.3f\n", total - failures, total, worst);
+  }
+  if (do_bench) bench(seqs);
+  return failures == 0 ? 0 : 1;
+}
