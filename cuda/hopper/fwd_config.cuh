@@ -19,9 +19,6 @@ struct FwdTile {
   static constexpr int qk_stages() { return QkStages; }
   static constexpr int producer_regs() { return ProducerRegs; }
   static constexpr int consumer_regs() { return ConsumerRegs; }
-  // Persistent grid: one CTA per SM loops over query tiles, so the next tile's Q and K loads
-  // overlap this tile's last MMAs and epilogue.
-  static constexpr bool persistent() { return true; }
   // One producer warpgroup (a single warp issues TMA; the rest only give registers back).
   static constexpr int threads() { return 128 * (1 + ConsumerWarpgroups); }
   // TMA boxes and 128B-swizzle atoms are 64 two-byte columns wide.
@@ -36,7 +33,7 @@ struct FwdTile {
   static constexpr uint32_t k_offset() { return q_bytes(); }
   static constexpr uint32_t v_offset() { return k_offset() + KvStages * kv_tile_bytes(); }
   static constexpr uint32_t barrier_offset() { return v_offset() + KvStages * kv_tile_bytes(); }
-  static constexpr uint32_t barrier_bytes() { return 8 * (2 + KvStages * (QkStages + 1) + 2 * KvStages); }
+  static constexpr uint32_t barrier_bytes() { return 8 * (1 + KvStages * (QkStages + 1) + 2 * KvStages); }
   // +1024: the dynamic smem base is only 16-byte aligned, swizzle atoms need 1024.
   static constexpr uint32_t smem_bytes() { return barrier_offset() + barrier_bytes() + 1024; }
 

@@ -21,10 +21,6 @@ struct FwdProblem {
   FwdDtype dtype;
   float softmax_scale;
   bool causal;
-  // CTAs to launch; 0 = the configuration's choice (persistent: one per SM). Each CTA loops over
-  // query tiles, so any value >= 1 is correct; the standalone check uses small values to make
-  // every CTA run many tiles.
-  int max_ctas = 0;
 };
 
 // Validates the problem and enqueues the kernel on `stream`. Returns an empty string on success,

@@ -267,9 +267,3 @@ def test_python_layer_rejects_float32_and_odd_head_dims_at_trace_time():
     q, k, v = random_qkv(jax.random.key(17), 1, 16, 16, 2, 2, 96, 96, jnp.bfloat16)
     with pytest.raises(NotImplementedError, match="head_dim"):
         jax.jit(jax_fa4.attention).lower(q, k, v)
-
-
-@pytest.mark.xfail(raises=NotImplementedError, strict=True, reason="GPU backward is issue 4")
-def test_grad_on_gpu():
-    q, k, v = random_qkv(jax.random.key(18), 1, 64, 64, 2, 2, 64, 64, jnp.bfloat16)
-    jax.grad(lambda q: jax_fa4.attention(q, k, v).astype(jnp.float32).sum())(q)

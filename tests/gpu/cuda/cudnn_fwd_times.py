@@ -36,11 +36,16 @@ def main():
                 q, k, v = (jax.random.normal(kk, (b, s, h, d), jnp.bfloat16) for kk in keys)
 
                 def fn(q, k, v, causal=causal):
-                    return jax.nn.dot_product_attention(q, k, v, is_causal=causal, implementation="cudnn")
+                    return jax.nn.dot_product_attention(
+                        q, k, v, is_causal=causal, implementation="cudnn"
+                    )
 
                 t = time_chain(fn, q, k, v)
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
-                print(f"{d:>5} {str(causal):>7} {s:>6} {t * 1e3:>9.4f} {flops / t / 1e12:>8.1f}", flush=True)
+                print(
+                    f"{d:>5} {str(causal):>7} {s:>6} {t * 1e3:>9.4f} {flops / t / 1e12:>8.1f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

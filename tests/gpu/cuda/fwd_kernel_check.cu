@@ -8,7 +8,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -53,10 +52,6 @@ static float from_bits(uint16_t b, bool bf16) {
   return __half2float(h);
 }
 
-// CTAs per launch for the checks (0: the kernel's choice). Small values make each CTA of the
-// persistent kernel run many tiles, which is what exercises its cross-tile phases.
-static int g_max_ctas = 0;
-
 struct Case {
   int b, sq, sk, hq, hkv, d;
   bool bf16, causal;
@@ -94,7 +89,7 @@ static bool run_case(const Case& c, uint64_t seed, double* worst_ratio) {
   CHECK_CUDA(cudaMemset(dlse, 0xFF, nlse * 4));
   const float scale = 1.f / std::sqrt(float(c.d));
   FwdProblem p{dq, dk, dv, dout, dlse, c.b, c.sq, c.sk, c.hq, c.hkv, c.d,
-               c.bf16 ? FwdDtype::kBf16 : FwdDtype::kF16, scale, c.causal, g_max_ctas};
+               c.bf16 ? FwdDtype::kBf16 : FwdDtype::kF16, scale, c.causal};
   std::string err = fa4::hopper::launch_fwd(p, 0);
   if (!err.empty()) {
     std::printf("FAIL %s: launch error: %s\n", describe(c).c_str(), err.c_str());
@@ -178,8 +173,7 @@ static bool run_case(const Case& c, uint64_t seed, double* worst_ratio) {
 
 static void bench() {
   std::printf("\nkernel-only timing, FA3 grid (bf16, 16k tokens, hidden 2048), median of 20\n");
-  std::printf("%5s %7s %6s %6s %10s %9s %16s\n", "hd", "causal", "seq", "batch", "ms", "TFLOP/s",
-              "1-CTA/tile TF/s");
+  std::printf("%5s %7s %6s %6s %10s %9s\n", "hd", "causal", "seq", "batch", "ms", "TFLOP/s");
   for (int d : {64, 128, 256}) {
     for (int causal = 0; causal < 2; ++causal) {
       for (int s : {512, 1024, 2048, 4096, 8192, 16384}) {
@@ -203,26 +197,21 @@ static void bench() {
         cudaEvent_t e0, e1;
         cudaEventCreate(&e0);
         cudaEventCreate(&e1);
-        double med[2];
-        for (int variant = 0; variant < 2; ++variant) {
-          p.max_ctas = variant == 0 ? 0 : INT32_MAX;  // kernel's choice, then one CTA per tile
-          std::vector<float> ms;
-          for (int it = 0; it < 25; ++it) {
-            cudaEventRecord(e0);
-            std::string err = fa4::hopper::launch_fwd(p, 0);
-            cudaEventRecord(e1);
-            if (!err.empty()) { std::printf("launch error %s\n", err.c_str()); std::exit(3); }
-            CHECK_CUDA(cudaEventSynchronize(e1));
-            float t;
-            cudaEventElapsedTime(&t, e0, e1);
-            if (it >= 5) ms.push_back(t);
-          }
-          std::sort(ms.begin(), ms.end());
-          med[variant] = ms[ms.size() / 2];
+        std::vector<float> ms;
+        for (int it = 0; it < 25; ++it) {
+          cudaEventRecord(e0);
+          std::string err = fa4::hopper::launch_fwd(p, 0);
+          cudaEventRecord(e1);
+          if (!err.empty()) { std::printf("launch error %s\n", err.c_str()); std::exit(3); }
+          CHECK_CUDA(cudaEventSynchronize(e1));
+          float t;
+          cudaEventElapsedTime(&t, e0, e1);
+          if (it >= 5) ms.push_back(t);
         }
+        std::sort(ms.begin(), ms.end());
+        const double med = ms[ms.size() / 2];
         const double flops = 4.0 * b * h * double(s) * s * d / (causal ? 2 : 1);
-        std::printf("%5d %7s %6d %6d %10.4f %9.1f %16.1f\n", d, causal ? "yes" : "no", s, b, med[0],
-                    flops / med[0] / 1e9, flops / med[1] / 1e9);
+        std::printf("%5d %7s %6d %6d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, med, flops / med / 1e9);
         cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse);
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
@@ -236,7 +225,6 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--bench")) do_bench = true;
     if (!std::strcmp(argv[i], "--no-check")) do_check = false;
-    if (!std::strcmp(argv[i], "--max-ctas") && i + 1 < argc) g_max_ctas = std::atoi(argv[++i]);
   }
   int failures = 0, total = 0;
   double worst = 0;
