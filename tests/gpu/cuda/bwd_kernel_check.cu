@@ -331,7 +331,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--bench")) do_bench = true;
     if (!std::strcmp(argv[i], "--no-check")) do_check = false;
-    if (!std::strcmp(argv[i], "--quick-bench")) seqs = {2048, 16384};
+    if (!std::strcmp(argv[i], "--quick-bench")) seqs = {2048, 4096, 16384};
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
   }
   int device = 0, major = 0;
