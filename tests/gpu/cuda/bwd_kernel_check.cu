@@ -249,12 +249,16 @@ static bool run_case(const Case& c, uint64_t seed, double* worst_ratio) {
   const bool q_same = gq[0] == gq[1];
   const Err eq = compare(gq[0], ref.dq, c.bf16), ek = compare(gk[0], ref.dk, c.bf16),
             ev = compare(gv[0], ref.dv, c.bf16);
-  // Relative to each gradient's largest magnitude. P and dS are rounded to the input dtype before
-  // their MMAs (2^-9 relative for bf16, 2^-12 for fp16), o is rounded too (delta), and the outputs
-  // are rounded once more; a layout or masking bug gives O(1).
-  const double tol = c.bf16 ? 3e-2 : 6e-3;
+  // Relative to each gradient's largest magnitude, plus an absolute floor for gradients that are
+  // exactly 0 in float64 (seq 1 without dlse: dS = P (dP - delta) is pure float32 rounding noise,
+  // ~1e-5). P and dS are rounded to the input dtype before their MMAs, o is rounded too (delta),
+  // and the outputs once more: a numpy model of exactly that (tests/gpu/cuda/bwd_layout_check.py's
+  // tiling with rounding) gives 2.2e-3 .. 4.4e-3 (bf16) and 4e-4 .. 5e-4 (fp16) on 600 x 600
+  // shapes, so these bounds leave 3-5x; a layout or masking bug gives O(1e-2 .. 1).
+  const double tol = c.bf16 ? 1.5e-2 : 2.5e-3;
+  const double floor = 1e-4;
   double ratio = 0;
-  for (const Err* e : {&eq, &ek, &ev}) ratio = std::max(ratio, e->max_ref > 0 ? e->max_err / (tol * e->max_ref) : (e->max_err > 0 ? 1e30 : 0));
+  for (const Err* e : {&eq, &ek, &ev}) ratio = std::max(ratio, e->max_err / (tol * e->max_ref + floor));
   const bool pass = eq.nonfinite + ek.nonfinite + ev.nonfinite == 0 && ratio <= 1.0 && kv_same;
   *worst_ratio = std::max(*worst_ratio, ratio);
   std::printf("%s %-62s rel err dq %.2e dk %.2e dv %.2e (tol %.0e) nonfinite %zu/%zu/%zu  dk,dv %s  dq %s\n",
