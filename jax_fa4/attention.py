@@ -7,6 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jax_fa4 import _compat
 from jax_fa4.primitives import fa4_bwd_p, fa4_fwd_p
 from jax_fa4.validation import check_flag, check_qkv, check_softmax_scale
 
@@ -64,7 +65,10 @@ def attention(
 
     q, k and v share one dtype: bfloat16, float16 or float32 (float32 on the CPU only); the GPU
     kernels (Hopper, sm_90a) take head dims 64, 128 and 256. Accumulation is float32. Works under
-    ``jit``, ``grad``, ``vmap``, ``checkpoint``; unsupported inputs raise at trace time.
+    ``jit``, ``grad``, ``vmap``, ``checkpoint``; unsupported inputs raise at trace time. Sharded
+    inputs under ``jit`` are partitioned automatically (:mod:`jax_fa4.sharding`), and it runs per
+    shard inside ``shard_map``; for a sequence split inside shard_map see
+    :func:`jax_fa4.ring_attention`.
     """
     dims = check_qkv(q, k, v)
     scale = check_softmax_scale(softmax_scale, dims.head_dim)
@@ -76,5 +80,8 @@ def attention(
         lse = jnp.full((dims.batch, dims.heads_q, dims.seq_q), -jnp.inf, jnp.float32)
         o = o + 0 * (jnp.sum(q) + jnp.sum(k) + jnp.sum(v)).astype(q.dtype)
     else:
+        # Inside shard_map(check_vma=True): give q, k, v the union of their varying manual axes
+        # first, so that the gradient of an operand replicated over an axis is summed over it.
+        q, k, v = _compat.match_varying_axes(q, k, v)
         o, lse = _attention_core(q, k, v, scale, causal)
     return (o, lse) if return_lse else o

@@ -7,7 +7,9 @@ q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv], o/do [b, sq, hq, dv], l
 [b, hq, sq]. Parameters: softmax_scale (Python float, lowered as f64) and causal (bool, i1).
 Each primitive has an abstract evaluation, a lowering per platform to an XLA FFI target
 (jax_fa4_{fwd,bwd}_{cpu,cuda}) and a batching rule that folds the vmapped axis into the kernel's
-batch (or, for the forward with only q mapped, into its heads): never a loop.
+batch (or, for the forward with only q mapped, into its heads): never a loop. Under a
+multi-device jit the lowering wraps the kernel in jax_fa4.sharding's custom_partitioning; in
+shard_map, outputs vary over the union of the inputs' varying manual axes.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir, xla
 
-from jax_fa4 import _ffi
+from jax_fa4 import _compat, _ffi
 from jax_fa4.validation import check_cuda_support
 
 fa4_fwd_p = Primitive("fa4_fwd")
@@ -33,28 +35,39 @@ fa4_bwd_p.multiple_results = True
 # ---------------------------------------------------------------------------------------------
 
 
-def _aval_like(like: jax.core.ShapedArray, shape: tuple[int, ...], dtype, axes: Sequence[int]):
-    """An aval of `shape` whose axis i is sharded like axis axes[i] of `like`; keeps manual axes."""
+def _aval_like(
+    like: jax.core.ShapedArray,
+    shape: tuple[int, ...],
+    dtype,
+    axes: Sequence[int],
+    varying: frozenset,
+) -> jax.core.ShapedArray:
+    """An aval of `shape` whose axis i is sharded like axis axes[i] of `like` (explicit sharding)
+    and that varies over the manual axes `varying` (shard_map: the union of the inputs')."""
     sharding = like.sharding
     spec = getattr(sharding, "spec", None)
     if spec is not None and len(spec) == like.ndim and hasattr(sharding, "update"):
         new_spec = jax.sharding.PartitionSpec(*(spec[a] for a in axes))
         sharding = sharding.update(spec=new_spec)
-    return like.update(shape=shape, dtype=dtype, sharding=sharding)
+    out = like.update(shape=shape, dtype=dtype, sharding=sharding)
+    return _compat.with_varying_axes(out, varying)
 
 
 def _fwd_abstract_eval(q, k, v, *, softmax_scale: float, causal: bool):
     del softmax_scale, causal
     b, sq, hq, _ = q.shape
     dv = v.shape[3]
-    o = _aval_like(q, (b, sq, hq, dv), q.dtype, (0, 1, 2, 3))
-    lse = _aval_like(q, (b, hq, sq), jnp.float32, (0, 2, 1))
+    # Inside shard_map(check_vma=True) an output varies wherever any input does (jax #36008).
+    varying = _compat.union_varying_axes((q, k, v))
+    o = _aval_like(q, (b, sq, hq, dv), q.dtype, (0, 1, 2, 3), varying)
+    lse = _aval_like(q, (b, hq, sq), jnp.float32, (0, 2, 1), varying)
     return o, lse
 
 
 def _bwd_abstract_eval(q, k, v, o, lse, do, dlse, *, softmax_scale: float, causal: bool):
-    del o, lse, do, dlse, softmax_scale, causal
-    return q.update(), k.update(), v.update()
+    del softmax_scale, causal
+    varying = _compat.union_varying_axes((q, k, v, o, lse, do, dlse))
+    return tuple(_compat.with_varying_axes(x.update(), varying) for x in (q, k, v))
 
 
 fa4_fwd_p.def_abstract_eval(_fwd_abstract_eval)
@@ -108,9 +121,14 @@ def _lower(kind: str, platform: str):
             _check_sm90()
             q_aval, _, v_aval = ctx.avals_in[:3]
             check_cuda_support(q_aval.dtype, q_aval.shape[3], v_aval.shape[3])
-        return jax.ffi.ffi_lowering(target)(
-            ctx, *args, softmax_scale=float(softmax_scale), causal=bool(causal)
-        )
+        params = dict(softmax_scale=float(softmax_scale), causal=bool(causal))
+        # Checks above run here, at lowering, never inside a partitioning callback (where an
+        # exception can abort the process).
+        from jax_fa4 import sharding
+
+        if sharding.partitions_here(ctx):
+            return sharding.lower_partitioned(kind, ctx, *args, **params)
+        return jax.ffi.ffi_lowering(target)(ctx, *args, **params)
 
     return rule
 

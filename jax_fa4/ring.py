@@ -1,0 +1,393 @@
+"""Ring (context-parallel) attention: the sequence split over a mesh axis, K/V passed around.
+
+Inside ``jax.shard_map``, every device of the ring axis holds one block of the sequence of q, k
+and v. ``ring_attention`` computes exact attention over the whole sequence: the device computes
+its queries against the K/V block it holds while that block's successor arrives by
+``jax.lax.ppermute`` (device ``r`` sends to ``r + 1``), and merges the partial outputs through
+their log-sum-exps. The backward is a ring too (its own ``custom_vjp``, not the autodiff of the
+forward's ppermutes): K/V travel the same way, each device adds its dK/dV contribution for the
+block it holds to an accumulator that travels with the block, and after a full turn the
+accumulators arrive at the block's owner. dQ stays local. Both directions use the final
+``(o, lse)`` as the FlashAttention backward does, so no per-step state is saved.
+
+Layouts. Without a causal mask any assignment of sequence positions to devices works (as long as
+q, k and v use the same one). With a causal mask the work of a block pair depends on where the
+blocks sit, so the layout matters:
+
+* ``layout="zigzag"`` (default, load balanced): cut the sequence into ``2 n`` equal chunks; device
+  ``r`` holds chunks ``r`` and ``2 n - 1 - r``, in that order. Every ring step then costs every
+  device the same: the diagonal step is one causal block of twice the chunk, every other step is
+  a full (unmasked) block of ``2 c x c``. :func:`to_zigzag` / :func:`from_zigzag` permute a
+  sequence into and out of this order (do it once, on token ids/positions/labels, before the
+  model: attention is the only order-sensitive layer of a transformer besides positions).
+* ``layout="contiguous"``: device ``r`` holds the ``r``-th contiguous block (what sharding a
+  natural-order array over the sequence axis gives). Exact, but with a causal mask device ``r``
+  has work on only ``r + 1`` of the ``n`` steps, so the ring runs at the speed of the last device.
+  The automatic partitioning of :func:`jax_fa4.attention` under ``jax.jit`` uses this layout.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Hashable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_fa4 import _compat
+from jax_fa4.primitives import fa4_bwd_p, fa4_fwd_p
+from jax_fa4.validation import check_flag, check_qkv, check_softmax_scale
+
+LAYOUTS = ("zigzag", "contiguous")
+AxisName = Hashable  # a mesh axis name, or a tuple of them (the ring runs over their product)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def zigzag_indices(seq_len: int, num_shards: int) -> np.ndarray:
+    """Positions of the natural sequence in zig-zag order: ``x_zz = x[..., idx, ...]``.
+
+    The sequence is cut into ``2 * num_shards`` chunks of ``seq_len / (2 * num_shards)``; shard
+    ``r`` (the r-th contiguous block of the result) holds chunks ``r`` and ``2*num_shards-1-r``.
+    """
+    if num_shards < 1 or seq_len % (2 * num_shards):
+        raise ValueError(
+            f"zig-zag layout needs the sequence length ({seq_len}) to be a multiple of 2 x the "
+            f"number of shards ({num_shards})"
+        )
+    c = seq_len // (2 * num_shards)
+    chunks = []
+    for r in range(num_shards):
+        chunks += [r, 2 * num_shards - 1 - r]
+    return np.concatenate([np.arange(j * c, (j + 1) * c) for j in chunks])
+
+
+def to_zigzag(x, num_shards: int, axis: int = 1):
+    """Reorders axis `axis` (the sequence; 1 for ``[batch, seq, ...]``) of `x` into zig-zag order.
+
+    Works on NumPy and JAX arrays. Shard the result's sequence axis contiguously over the ring
+    axis (``PartitionSpec(None, axis_name)``) and call ``ring_attention(..., layout="zigzag")``.
+    """
+    idx = zigzag_indices(x.shape[axis], num_shards)
+    return x.take(idx, axis=axis) if isinstance(x, np.ndarray) else jnp.take(x, idx, axis=axis)
+
+
+def from_zigzag(x, num_shards: int, axis: int = 1):
+    """Inverse of :func:`to_zigzag`: back to the natural sequence order."""
+    inv = np.argsort(zigzag_indices(x.shape[axis], num_shards))
+    return x.take(inv, axis=axis) if isinstance(x, np.ndarray) else jnp.take(x, inv, axis=axis)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-block pieces
+# ---------------------------------------------------------------------------------------------
+
+
+def _fwd(q, k, v, scale: float, causal: bool):
+    return tuple(fa4_fwd_p.bind(q, k, v, softmax_scale=scale, causal=causal))
+
+
+def _bwd(q, k, v, o, lse, do, dlse, scale: float, causal: bool):
+    return tuple(fa4_bwd_p.bind(q, k, v, o, lse, do, dlse, softmax_scale=scale, causal=causal))
+
+
+def _zeros(shape, dtype, varying: frozenset) -> jax.Array:
+    return _compat.cast_to_varying(jnp.zeros(shape, dtype), varying)
+
+
+def _merge(o_acc, lse_acc, o_blk, lse_blk):
+    """Merges two partial softmax results through their log-sum-exps (rows with no key so far
+    have lse -inf and o 0). o_acc float32 [b, s, h, dv]; lse [b, h, s]."""
+    lse = jnp.logaddexp(lse_acc, lse_blk)
+    safe = jnp.where(jnp.isfinite(lse), lse, 0.0)
+
+    def weight(x):  # [b, h, s] -> [b, s, h, 1]
+        return jnp.swapaxes(jnp.exp(x - safe), 1, 2)[..., None]
+
+    o = o_acc * weight(lse_acc) + o_blk.astype(jnp.float32) * weight(lse_blk)
+    return o, lse
+
+
+def _ring_setup(axis_name: AxisName):
+    n = jax.lax.axis_size(axis_name)
+    r = jax.lax.axis_index(axis_name)
+    perm = [(i, (i + 1) % n) for i in range(n)]
+    return n, r, perm
+
+
+def ring_fwd_local(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    axis_name: AxisName,
+    causal: bool,
+    softmax_scale: float,
+    layout: str,
+) -> tuple[jax.Array, jax.Array]:
+    """The ring forward on this device's blocks (no argument checks, no VJP): ``(o, lse)``.
+
+    q ``[b, sq, hq, d]``, k ``[b, sk, hkv, d]``, v ``[b, sk, hkv, dv]`` are this device's
+    blocks; o ``[b, sq, hq, dv]`` in q's dtype, lse float32 ``[b, hq, sq]`` over the whole
+    sequence. Must run where `axis_name` is bound (shard_map, or a custom_partitioning body).
+    """
+    n, r, perm = _ring_setup(axis_name)
+    b, sq, hq, _ = q.shape
+    dv = v.shape[3]
+    varying = _compat.union_varying_axes(jax.typeof(x) for x in (q, k, v))
+    c = sq // 2  # zig-zag chunk
+
+    def step(s: int, kb, vb):
+        if not causal:
+            return _fwd(q, kb, vb, softmax_scale, False)
+        if s == 0:  # own block: one causal call covers both layouts (see the module docstring)
+            return _fwd(q, kb, vb, softmax_scale, True)
+
+        # Device r holds at step s the block of device (r - s) mod n, which precedes its own
+        # block in the sequence exactly when r >= s.
+        def empty():
+            return (
+                _zeros((b, sq, hq, dv), q.dtype, varying),
+                jnp.full((b, hq, sq), -jnp.inf, jnp.float32) + _zeros((), jnp.float32, varying),
+            )
+
+        if layout == "contiguous":
+            return jax.lax.cond(r >= s, lambda: _fwd(q, kb, vb, softmax_scale, False), empty)
+
+        def earlier():  # all queries see the first chunk of the earlier block, none its second
+            return _fwd(q, kb[:, :c], vb[:, :c], softmax_scale, False)
+
+        def later():  # only the second query chunk sees the later block, all of it
+            o2, lse2 = _fwd(q[:, c:], kb, vb, softmax_scale, False)
+            o0, lse0 = empty()
+            return (
+                jnp.concatenate([o0[:, :c], o2], axis=1),
+                jnp.concatenate([lse0[..., :c], lse2], axis=2),
+            )
+
+        return jax.lax.cond(r >= s, earlier, later)
+
+    o_acc = _zeros((b, sq, hq, dv), jnp.float32, varying)
+    lse_acc = jnp.full((b, hq, sq), -jnp.inf, jnp.float32) + _zeros((), jnp.float32, varying)
+    kb, vb = k, v
+    for s in range(n):
+        if s + 1 < n:  # start moving the next block before computing on this one
+            kb_next, vb_next = jax.lax.ppermute((kb, vb), axis_name, perm)
+        o_blk, lse_blk = step(s, kb, vb)
+        o_acc, lse_acc = _merge(o_acc, lse_acc, o_blk, lse_blk)
+        if s + 1 < n:
+            kb, vb = kb_next, vb_next
+    return o_acc.astype(q.dtype), lse_acc
+
+
+def ring_bwd_local(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    o: jax.Array,
+    lse: jax.Array,
+    do: jax.Array,
+    dlse: jax.Array,
+    *,
+    axis_name: AxisName,
+    causal: bool,
+    softmax_scale: float,
+    layout: str,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The ring backward on this device's blocks: ``(dq, dk, dv)`` shaped like q, k, v.
+
+    o, lse are the ring forward's outputs (over the whole sequence), do/dlse their cotangents.
+    dK/dV accumulate in float32 and travel with their K/V block; after the last step one more
+    ppermute brings each accumulator home.
+    """
+    n, r, perm = _ring_setup(axis_name)
+    sq = q.shape[1]
+    varying = _compat.union_varying_axes(jax.typeof(x) for x in (q, k, v, o, lse, do, dlse))
+    c = sq // 2
+
+    def step(s: int, kb, vb):
+        if not causal:
+            return _bwd(q, kb, vb, o, lse, do, dlse, softmax_scale, False)
+        if s == 0:
+            return _bwd(q, kb, vb, o, lse, do, dlse, softmax_scale, True)
+
+        def full():
+            return _bwd(q, kb, vb, o, lse, do, dlse, softmax_scale, False)
+
+        def empty():
+            return tuple(_zeros(x.shape, x.dtype, varying) for x in (q, kb, vb))
+
+        if layout == "contiguous":
+            return jax.lax.cond(r >= s, full, empty)
+
+        def earlier():  # all queries x the first chunk of the block
+            dq, dk1, dv1 = _bwd(q, kb[:, :c], vb[:, :c], o, lse, do, dlse, softmax_scale, False)
+            pad = _zeros(kb[:, c:].shape, dk1.dtype, varying)
+            padv = _zeros(vb[:, c:].shape, dv1.dtype, varying)
+            return dq, jnp.concatenate([dk1, pad], 1), jnp.concatenate([dv1, padv], 1)
+
+        def later():  # the second query chunk x the whole block
+            dq2, dk, dv = _bwd(
+                q[:, c:],
+                kb,
+                vb,
+                o[:, c:],
+                lse[..., c:],
+                do[:, c:],
+                dlse[..., c:],
+                softmax_scale,
+                False,
+            )
+            dq = jnp.concatenate([_zeros(q[:, :c].shape, dq2.dtype, varying), dq2], 1)
+            return dq, dk, dv
+
+        return jax.lax.cond(r >= s, earlier, later)
+
+    dq_acc = _zeros(q.shape, jnp.float32, varying)
+    dk_acc = _zeros(k.shape, jnp.float32, varying)
+    dv_acc = _zeros(v.shape, jnp.float32, varying)
+    kb, vb = k, v
+    for s in range(n):
+        if s + 1 < n:
+            kb_next, vb_next = jax.lax.ppermute((kb, vb), axis_name, perm)
+        dq, dk, dv = step(s, kb, vb)
+        dq_acc = dq_acc + dq.astype(jnp.float32)
+        # dk_acc arrived (at the end of the previous step) with the block we just computed on.
+        dk_acc = dk_acc + dk.astype(jnp.float32)
+        dv_acc = dv_acc + dv.astype(jnp.float32)
+        dk_acc, dv_acc = jax.lax.ppermute((dk_acc, dv_acc), axis_name, perm)
+        if s + 1 < n:
+            kb, vb = kb_next, vb_next
+    return dq_acc.astype(q.dtype), dk_acc.astype(k.dtype), dv_acc.astype(v.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# The public call
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
+def _ring_core(q, k, v, axis_name, causal, softmax_scale, layout):
+    return ring_fwd_local(
+        q, k, v, axis_name=axis_name, causal=causal, softmax_scale=softmax_scale, layout=layout
+    )
+
+
+def _ring_core_fwd(q, k, v, axis_name, causal, softmax_scale, layout):
+    o, lse = _ring_core(q, k, v, axis_name, causal, softmax_scale, layout)
+    return (o, lse), (q, k, v, o, lse)
+
+
+def _ring_core_bwd(axis_name, causal, softmax_scale, layout, residuals, cotangents):
+    q, k, v, o, lse = residuals
+    do, dlse = cotangents
+    do = jnp.asarray(do, o.dtype)
+    dlse = jnp.asarray(dlse, jnp.float32)
+    return ring_bwd_local(
+        q,
+        k,
+        v,
+        o,
+        lse,
+        do,
+        dlse,
+        axis_name=axis_name,
+        causal=causal,
+        softmax_scale=softmax_scale,
+        layout=layout,
+    )
+
+
+_ring_core.defvjp(_ring_core_fwd, _ring_core_bwd)
+
+
+def _ring_size(axis_name: AxisName) -> int:
+    try:
+        return int(jax.lax.axis_size(axis_name))
+    except NameError as err:
+        raise ValueError(
+            f"ring_attention: axis_name={axis_name!r} is not a bound mesh axis here. Call "
+            "ring_attention inside jax.shard_map over a mesh with that axis, with the sequence "
+            "axis of q, k and v split over it (e.g. in_specs=P(None, axis_name))"
+        ) from err
+
+
+def ring_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    axis_name: AxisName,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    return_lse: bool = False,
+    layout: str = "zigzag",
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """Exact attention over a sequence split across the mesh axis `axis_name` (inside shard_map).
+
+    Args:
+      q: this device's queries ``[batch, seq_q_local, heads_q, head_dim]``.
+      k: this device's keys ``[batch, seq_k_local, heads_kv, head_dim]`` (GQA as in
+        :func:`jax_fa4.attention`).
+      v: this device's values ``[batch, seq_k_local, heads_kv, head_dim_v]``.
+      axis_name: the mesh axis (or tuple of axes) the sequence is split over; the ring follows
+        the axis index, device ``r`` holding block ``r`` of the (laid out) sequence.
+      causal: causal mask over the global sequence. Needs ``seq_q_local == seq_k_local`` (the
+        same split of one sequence) and, with ``layout="zigzag"``, an even local length.
+      softmax_scale: multiplies ``q . k``; default ``1 / sqrt(head_dim)``.
+      return_lse: also return the float32 log-sum-exp ``[batch, heads_q, seq_q_local]`` over the
+        whole sequence (differentiable).
+      layout: how the global sequence is laid out over the devices: ``"zigzag"`` (load-balanced:
+        device r holds chunks r and 2n-1-r of 2n; see :func:`to_zigzag`) or ``"contiguous"``
+        (device r holds block r). Only matters when ``causal``; without a mask any layout that
+        q, k and v share gives the same (permuted) result.
+
+    Returns:
+      this device's ``o`` ``[batch, seq_q_local, heads_q, head_dim_v]`` (q's dtype), or
+      ``(o, lse)``.
+
+    Differentiable (the backward is a ring as well), works under ``jit``, ``vmap`` and
+    ``shard_map(check_vma=True)``. Memory per device: its blocks plus two K/V blocks in flight.
+    """
+    dims = check_qkv(q, k, v)
+    scale = check_softmax_scale(softmax_scale, dims.head_dim)
+    causal = check_flag("causal", causal)
+    return_lse = check_flag("return_lse", return_lse)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
+    n = _ring_size(axis_name)
+    if causal and dims.seq_q != dims.seq_k:
+        raise ValueError(
+            "ring_attention with causal=True needs q and k to hold the same positions (equal "
+            f"local sequence lengths); got q {dims.seq_q}, k {dims.seq_k} (axis 1)"
+        )
+    if causal and layout == "zigzag" and n > 1 and dims.seq_q % 2:
+        raise ValueError(
+            "ring_attention with layout='zigzag' needs an even local sequence length (two "
+            f"chunks per device); got {dims.seq_q} (axis 1 of q)"
+        )
+    if n == 1 or dims.seq_k == 0 or dims.batch * dims.seq_q * dims.heads_q == 0:
+        from jax_fa4.attention import attention
+
+        return attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=return_lse)
+    ring_axes = frozenset(axis_name if isinstance(axis_name, tuple) else (axis_name,))
+    varying = [_compat.varying_axes(jax.typeof(x)) for x in (q, k, v)]
+    if any(varying) and not all(ring_axes <= vary for vary in varying[1:]):
+        # Only visible under shard_map(check_vma=True); without it the caller's specs are trusted.
+        raise ValueError(
+            f"ring_attention: k and v must be split over the ring axis {axis_name!r} (each device "
+            f"holding its own block of the sequence); got k varying over {sorted(varying[1])}, v "
+            f"over {sorted(varying[2])}. To attend local queries to keys every device holds in "
+            "full, call jax_fa4.attention instead"
+        )
+    # Give every operand the union of the varying manual axes (with the ring's), so that the
+    # cotangent of one replicated over an axis is summed over it.
+    q, k, v = _compat.match_varying_axes(q, k, v)
+    if any(varying):
+        q, k, v = (_compat.cast_to_varying(x, ring_axes) for x in (q, k, v))
+    o, lse = _ring_core(q, k, v, axis_name, causal, scale, layout)
+    return (o, lse) if return_lse else o

@@ -1,0 +1,416 @@
+"""Automatic partitioning of the attention primitives under ``jax.jit`` (custom_partitioning).
+
+When a multi-device ``jax.jit`` computation holds ``fa4_fwd_p`` / ``fa4_bwd_p``, their lowering
+wraps the kernel in :func:`jax.experimental.custom_partitioning.custom_partitioning` with
+
+* a Shardy ``sharding_rule`` (the default partitioner since jax 0.7): factors
+  ``q [b, s, (h g), d]``, ``k [b, t, h, d]``, ``v [b, t, h, e]`` -> ``o [b, s, (h g), e]``,
+  ``lse [b, (h g), s]``, where ``g = heads_q / heads_kv`` (GQA: q head ``h * g + i`` uses kv head
+  ``h``, so splitting q heads splits the kv heads with the same mesh axes). ``d`` and ``e`` (head
+  dims) need replication. The backward's rule is the same with o/do, lse/dlse -> dq, dk, dv.
+* the GSPMD callback ``infer_sharding_from_operands`` (used only when Shardy is turned off), and
+* a ``partition`` callback that decides, from the shardings that reach it, what each device
+  runs (:class:`Plan`), and returns the operand shardings that plan needs; the partitioner
+  reshards (all-gathers) any operand that does not already have them, so no layout is ever
+  miscomputed:
+
+  - batch and heads split (heads only when the kv heads split evenly: ``heads_kv % n == 0``):
+    each device runs the kernel on its shard, no communication;
+  - q's sequence split over axes A, k's sequence split the same way: ring attention over A
+    (:mod:`jax_fa4.ring`, contiguous layout; with ``causal`` this needs ``seq_q == seq_k``);
+  - q's sequence split, k's not, no causal mask: each device attends its queries to all keys
+    (the backward sums dK/dV over A);
+  - anything else (head-dim splits, uneven sequence or head splits, a causal q-only split):
+    replicated on that axis.
+
+Inside ``shard_map`` (all mesh axes manual) and on one device the kernel is lowered directly;
+the partitioning machinery is not involved, so the persistent compilation cache works there.
+Under multi-device ``jit`` it is involved, with custom_partitioning's known caveats: its
+compiled programs miss the persistent compilation cache, and an exception inside a partitioning
+callback can abort the process (these callbacks are therefore kept free of checks that can
+fail; argument checks run before, at trace and lowering time). Set the environment variable
+``JAX_FA4_AUTO_PARTITION=0`` before importing jax_fa4 to lower the plain kernel everywhere
+instead: the partitioner then replicates attention's operands (correct, but it all-gathers them),
+and ``jax.export`` with abstract meshes works again.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental.custom_partitioning import (
+    ArrayMapping,
+    CompoundFactor,
+    SdyShardingRule,
+    custom_partitioning,
+)
+from jax.interpreters import mlir
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jax_fa4 import _compat, ring
+from jax_fa4.primitives import fa4_bwd_p, fa4_fwd_p
+
+ENABLED: bool = os.environ.get("JAX_FA4_AUTO_PARTITION", "1").strip().lower() not in (
+    "0",
+    "false",
+    "no",
+    "off",
+)
+
+Axes = tuple[str, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# What each device runs
+# ---------------------------------------------------------------------------------------------
+
+
+def _axes(entry) -> Axes:
+    """A PartitionSpec entry as a tuple of mesh axis names."""
+    if entry is None:
+        return ()
+    if isinstance(entry, tuple):
+        return tuple(entry)
+    return (entry,)
+
+
+def _entry(axes: Axes):
+    if not axes:
+        return None
+    return axes[0] if len(axes) == 1 else axes
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one attention call is split over the mesh (mesh axis names per dimension).
+
+    batch: q, k, v, o, lse split over these axes. heads: q's heads (and o's, lse's) split over
+    these axes; k's and v's too when ``kv_heads``, else k and v keep all their heads on every
+    device and each device picks the one kv head its q heads use (MQA/GQA split further than
+    heads_kv). seq: q's sequence split over these axes; with ``ring`` k's and v's too (ring
+    attention over ``seq``), else k and v are whole on every device.
+    """
+
+    batch: Axes = ()
+    heads: Axes = ()
+    kv_heads: bool = True
+    seq: Axes = ()
+    ring: bool = False
+
+    def q_spec(self) -> P:
+        return P(_entry(self.batch), _entry(self.seq), _entry(self.heads), None)
+
+    def kv_spec(self) -> P:
+        seq = self.seq if self.ring else ()
+        heads = self.heads if self.kv_heads else ()
+        return P(_entry(self.batch), _entry(seq), _entry(heads), None)
+
+    def lse_spec(self) -> P:
+        return P(_entry(self.batch), _entry(self.heads), _entry(self.seq))
+
+
+def plan_for(
+    mesh_shape: dict[str, int],
+    q_spec: tuple | None,
+    k_spec: tuple | None,
+    q_shape: tuple[int, ...],
+    k_shape: tuple[int, ...],
+    causal: bool,
+) -> Plan:
+    """Picks the split of one attention call from its operands' specs (see the module doc).
+
+    q_spec / k_spec: padded PartitionSpec entries of q and k, or None when unknown. Never
+    raises: whatever it cannot run exactly is left replicated.
+    """
+    if q_spec is None:
+        return Plan()
+    k_spec = k_spec if k_spec is not None else (None,) * 4
+    known = set(mesh_shape)
+
+    def size(axes: Axes) -> int:
+        out = 1
+        for a in axes:
+            out *= int(mesh_shape[a])
+        return out
+
+    def usable(axes: Axes, used: set) -> bool:
+        return bool(axes) and set(axes) <= known and not set(axes) & used and size(axes) > 1
+
+    _, sq, hq, _ = q_shape
+    sk, hkv = k_shape[1], k_shape[2]
+    batch = _axes(q_spec[0])
+    batch = batch if usable(batch, set()) else ()
+    used = set(batch)
+
+    heads, kv_heads = _axes(q_spec[2]), True
+    if not usable(heads, used) or hq % size(heads):
+        heads = ()
+    elif hkv % size(heads) == 0:
+        pass  # q heads h*g .. and their kv heads h .. land on the same device
+    elif size(heads) % hkv == 0:
+        kv_heads = False  # each device's q heads share one kv head
+    else:
+        heads = ()
+    used |= set(heads)
+
+    seq = _axes(q_spec[1])
+    if not usable(seq, used) or sq % size(seq):
+        return Plan(batch, heads, kv_heads)
+    n = size(seq)
+    if causal:
+        # The kernel's causal mask cannot be offset, so a causal split of q's sequence needs the
+        # keys split the same way (the ring's block-pair masks are all full, empty or diagonal).
+        if sq == sk and sk % n == 0:
+            return Plan(batch, heads, kv_heads, seq, ring=True)
+        return Plan(batch, heads, kv_heads)
+    ring_ok = _axes(k_spec[1]) == seq and sk % n == 0
+    return Plan(batch, heads, kv_heads, seq, ring=ring_ok)
+
+
+def _plan_from_shapes(mesh, arg_shapes, causal: bool) -> Plan:
+    q, k = arg_shapes[0], arg_shapes[1]
+    if getattr(mesh, "empty", True):
+        return Plan()
+    return plan_for(
+        dict(mesh.shape),
+        _compat.spec_of(q.sharding, mesh, 4),
+        _compat.spec_of(k.sharding, mesh, 4),
+        tuple(q.shape),
+        tuple(k.shape),
+        causal,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Shardy rules
+# ---------------------------------------------------------------------------------------------
+
+
+def _shape(t) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def _q_heads(hq: int, hkv: int):
+    """The q-heads factor: ``(h g)`` for GQA (h = kv heads, major), ``h`` without GQA, ``g``
+    (unrelated to k's size-1 head axis) for MQA."""
+    g = hq // hkv if hkv and hq % hkv == 0 else 1
+    if g == 1:
+        return "h", {}
+    if hkv == 1:  # MQA: a size-1 factor cannot be part of a compound one
+        return "g", {}
+    return CompoundFactor("h", "g"), {"g": g}
+
+
+def _fwd_rule(softmax_scale, causal, mesh, value_types, result_types):
+    del softmax_scale, causal, mesh, result_types
+    hq, hkv = _shape(value_types[0])[2], _shape(value_types[1])[2]
+    qh, sizes = _q_heads(hq, hkv)
+    return SdyShardingRule(
+        (
+            ArrayMapping("b", "s", qh, "d"),
+            ArrayMapping("b", "t", "h", "d"),
+            ArrayMapping("b", "t", "h", "e"),
+        ),
+        (ArrayMapping("b", "s", qh, "e"), ArrayMapping("b", qh, "s")),
+        need_replication_factors=("d", "e"),
+        **sizes,
+    )
+
+
+def _bwd_rule(softmax_scale, causal, mesh, value_types, result_types):
+    del softmax_scale, causal, mesh, result_types
+    hq, hkv = _shape(value_types[0])[2], _shape(value_types[1])[2]
+    qh, sizes = _q_heads(hq, hkv)
+    q = ArrayMapping("b", "s", qh, "d")
+    k = ArrayMapping("b", "t", "h", "d")
+    v = ArrayMapping("b", "t", "h", "e")
+    o = ArrayMapping("b", "s", qh, "e")
+    lse = ArrayMapping("b", qh, "s")
+    return SdyShardingRule(
+        (q, k, v, o, lse, o, lse), (q, k, v), need_replication_factors=("d", "e"), **sizes
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Partition callbacks (these run inside XLA's partitioner: keep them free of failing checks)
+# ---------------------------------------------------------------------------------------------
+
+
+def _fwd_impl(q, k, v, softmax_scale, causal):
+    return tuple(fa4_fwd_p.bind(q, k, v, softmax_scale=softmax_scale, causal=causal))
+
+
+def _bwd_impl(q, k, v, o, lse, do, dlse, softmax_scale, causal):
+    return tuple(
+        fa4_bwd_p.bind(q, k, v, o, lse, do, dlse, softmax_scale=softmax_scale, causal=causal)
+    )
+
+
+def _named_mesh(mesh, arg_shapes):
+    """`mesh`, or, when the computation has no named mesh (then the plan is empty and everything
+    is replicated), a one-axis mesh over the computation's devices."""
+    if not getattr(mesh, "empty", True):
+        return mesh
+    devices = sorted(arg_shapes[0].sharding.device_set, key=lambda d: d.id)
+    return jax.sharding.Mesh(np.array(devices), ("_jax_fa4_devices",))
+
+
+def _shardings(mesh, plan: Plan) -> tuple[NamedSharding, NamedSharding, NamedSharding]:
+    """(q/o, k/v, lse) shardings of `plan`."""
+    return (
+        NamedSharding(mesh, plan.q_spec()),
+        NamedSharding(mesh, plan.kv_spec()),
+        NamedSharding(mesh, plan.lse_spec()),
+    )
+
+
+def _fwd_infer(softmax_scale, causal, mesh, arg_shapes, result_shape):
+    del softmax_scale, result_shape
+    plan = _plan_from_shapes(mesh, arg_shapes, causal)
+    q_s, _, lse_s = _shardings(_named_mesh(mesh, arg_shapes), plan)
+    return (q_s, lse_s)
+
+
+def _pick_kv_head(plan: Plan, *kvs):
+    """Each device's slice of the kv heads when only q's heads are split (``not kv_heads``)."""
+    if not plan.heads or plan.kv_heads:
+        return kvs, None
+    hkv = kvs[0].shape[2]
+    devices_per_kv_head = jax.lax.axis_size(_entry(plan.heads)) // hkv
+    idx = jax.lax.axis_index(_entry(plan.heads)) // devices_per_kv_head
+    return tuple(jax.lax.dynamic_slice_in_dim(x, idx, 1, axis=2) for x in kvs), idx
+
+
+def _fwd_partition(softmax_scale, causal, mesh, arg_shapes, result_shape):
+    del result_shape
+    plan = _plan_from_shapes(mesh, arg_shapes, causal)
+    mesh = _named_mesh(mesh, arg_shapes)
+    q_s, kv_s, lse_s = _shardings(mesh, plan)
+
+    def lower_fn(q, k, v):
+        (k, v), _ = _pick_kv_head(plan, k, v)
+        if plan.ring:
+            return ring.ring_fwd_local(
+                q,
+                k,
+                v,
+                axis_name=_entry(plan.seq),
+                causal=causal,
+                softmax_scale=softmax_scale,
+                layout="contiguous",
+            )
+        return _fwd_impl(q, k, v, softmax_scale, causal)
+
+    return mesh, lower_fn, (q_s, lse_s), (q_s, kv_s, kv_s)
+
+
+def _bwd_infer(softmax_scale, causal, mesh, arg_shapes, result_shape):
+    del softmax_scale, result_shape
+    plan = _plan_from_shapes(mesh, arg_shapes, causal)
+    q_s, kv_s, _ = _shardings(_named_mesh(mesh, arg_shapes), plan)
+    return (q_s, kv_s, kv_s)
+
+
+def _bwd_partition(softmax_scale, causal, mesh, arg_shapes, result_shape):
+    del result_shape
+    plan = _plan_from_shapes(mesh, arg_shapes, causal)
+    mesh = _named_mesh(mesh, arg_shapes)
+    q_s, kv_s, lse_s = _shardings(mesh, plan)
+
+    def lower_fn(q, k, v, o, lse, do, dlse):
+        hkv = k.shape[2]
+        (k_loc, v_loc), kv_idx = _pick_kv_head(plan, k, v)
+        if plan.ring:
+            dq, dk, dv = ring.ring_bwd_local(
+                q,
+                k_loc,
+                v_loc,
+                o,
+                lse,
+                do,
+                dlse,
+                axis_name=_entry(plan.seq),
+                causal=causal,
+                softmax_scale=softmax_scale,
+                layout="contiguous",
+            )
+        else:
+            dq, dk, dv = _bwd_impl(q, k_loc, v_loc, o, lse, do, dlse, softmax_scale, causal)
+        # k and v whole over an axis that splits the queries: their gradients are partial sums.
+        sum_axes = () if plan.ring else plan.seq
+        if kv_idx is not None:  # put this device's kv head back among all of them
+            dk, dv = (
+                jax.lax.dynamic_update_slice_in_dim(
+                    jnp.zeros((*x.shape[:2], hkv, x.shape[3]), jnp.float32),
+                    x.astype(jnp.float32),
+                    kv_idx,
+                    axis=2,
+                )
+                for x in (dk, dv)
+            )
+            sum_axes = sum_axes + plan.heads
+        if sum_axes:
+            dk, dv = (
+                jax.lax.psum(x.astype(jnp.float32), _entry(sum_axes)).astype(k.dtype)
+                for x in (dk, dv)
+            )
+        return dq, dk, dv
+
+    return mesh, lower_fn, (q_s, kv_s, kv_s), (q_s, kv_s, kv_s, q_s, lse_s, q_s, lse_s)
+
+
+_fwd_cp = custom_partitioning(_fwd_impl, static_argnums=(3, 4))
+_fwd_cp.def_partition(
+    partition=_fwd_partition,
+    infer_sharding_from_operands=_fwd_infer,
+    sharding_rule=_fwd_rule,
+    decode_shardings=False,  # read with _compat.spec_of, which never raises
+)
+_bwd_cp = custom_partitioning(_bwd_impl, static_argnums=(7, 8))
+_bwd_cp.def_partition(
+    partition=_bwd_partition,
+    infer_sharding_from_operands=_bwd_infer,
+    sharding_rule=_bwd_rule,
+    decode_shardings=False,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hook used by the primitives' lowering rules
+# ---------------------------------------------------------------------------------------------
+
+
+def partitions_here(ctx) -> bool:
+    """Whether this lowering is of a multi-device, automatically partitioned computation.
+
+    False on one device, inside shard_map (the kernel runs on the shard it is given) and when
+    the device assignment is unknown (e.g. jax.export with an abstract mesh); the kernel is then
+    lowered directly, and an automatic partitioner would replicate its operands.
+    """
+    if not ENABLED or _compat.ShardingContext is None:
+        return False
+    ctx_axes = ctx.module_context.axis_context
+    if not isinstance(ctx_axes, _compat.ShardingContext):
+        return False
+    return ctx_axes.num_devices > 1 and ctx_axes.device_assignment is not None
+
+
+def lower_partitioned(kind: str, ctx, *args, softmax_scale: float, causal: bool):
+    """Lowers fa4_{kind}_p through its custom_partitioning wrapper."""
+    cp = _fwd_cp if kind == "fwd" else _bwd_cp
+
+    def fun(*xs):
+        return cp(*xs, softmax_scale, causal)
+
+    return mlir.lower_fun(fun, multiple_results=True)(ctx, *args)
+
+
+if ENABLED and _compat.prim_requires_devices_during_lowering is not None:
+    # custom_partitioning needs the device assignment while lowering (jax CHANGELOG 0.4.24).
+    _compat.prim_requires_devices_during_lowering.add(fa4_fwd_p)
+    _compat.prim_requires_devices_during_lowering.add(fa4_bwd_p)

@@ -1,0 +1,276 @@
+"""jax_fa4.ring_attention inside shard_map on 8 CPU devices: equals one-device attention."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType
+from jax.sharding import PartitionSpec as P
+from tolerance import assert_close_by_rule, random_qkv
+
+import jax_fa4
+from jax_fa4.reference import attention_reference
+
+N = 8
+
+
+def _mesh(shape=(N,), names=("x",)):
+    return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(shape))
+
+
+def _ring_fn(mesh, axis, *, causal, layout, batch_axis=None, scale=None):
+    """Natural-order (q, k, v) -> (o, lse) through ring_attention in shard_map(check_vma=True)."""
+    n = int(np.prod([mesh.shape[a] for a in (axis if isinstance(axis, tuple) else (axis,))]))
+    spec = P(batch_axis, axis)
+    lse_spec = P(batch_axis, None, axis)
+
+    def body(q, k, v):
+        return jax_fa4.ring_attention(
+            q,
+            k,
+            v,
+            axis_name=axis,
+            causal=causal,
+            softmax_scale=scale,
+            return_lse=True,
+            layout=layout,
+        )
+
+    sm = jax.shard_map(
+        body, mesh=mesh, in_specs=(spec,) * 3, out_specs=(spec, lse_spec), check_vma=True
+    )
+    zz = layout == "zigzag"
+
+    def fn(q, k, v):
+        if zz:
+            q, k, v = (jax_fa4.to_zigzag(x, n) for x in (q, k, v))
+        o, lse = sm(q, k, v)
+        if zz:
+            o, lse = jax_fa4.from_zigzag(o, n), jax_fa4.from_zigzag(lse, n, axis=2)
+        return o, lse
+
+    return fn
+
+
+def _loss(fn):
+    # Uses both outputs so that the lse cotangent (dlse) travels the ring too.
+    def loss(q, k, v):
+        o, lse = fn(q, k, v)
+        return jnp.sum(o.astype(jnp.float32) ** 2) + jnp.sum(jnp.sin(lse))
+
+    return loss
+
+
+def _one_device(causal, scale=None):
+    return lambda q, k, v: jax_fa4.attention(
+        q, k, v, causal=causal, softmax_scale=scale, return_lse=True
+    )
+
+
+def _max_diff(a, b) -> float:
+    return float(jnp.max(jnp.abs(jnp.asarray(a, jnp.float32) - jnp.asarray(b, jnp.float32))))
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def test_zigzag_indices_layout():
+    idx = jax_fa4.zigzag_indices(16, 4)  # chunks of 2: device r holds chunks r, 7 - r
+    np.testing.assert_array_equal(
+        idx.reshape(4, 4), [[0, 1, 14, 15], [2, 3, 12, 13], [4, 5, 10, 11], [6, 7, 8, 9]]
+    )
+    x = np.arange(2 * 16 * 3).reshape(2, 16, 3)
+    np.testing.assert_array_equal(jax_fa4.from_zigzag(jax_fa4.to_zigzag(x, 4), 4), x)
+    xj = jnp.asarray(x)
+    np.testing.assert_array_equal(jax_fa4.to_zigzag(xj, 4), jax_fa4.to_zigzag(x, 4))
+    lse = np.arange(2 * 3 * 16).reshape(2, 3, 16)
+    np.testing.assert_array_equal(
+        jax_fa4.from_zigzag(jax_fa4.to_zigzag(lse, 4, axis=2), 4, axis=2), lse
+    )
+
+
+def test_zigzag_needs_divisible_length():
+    with pytest.raises(ValueError, match="multiple of 2 x the number of shards"):
+        jax_fa4.zigzag_indices(12, 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Agreement with one device
+# ---------------------------------------------------------------------------------------------
+
+CASES = [
+    # (layout, causal, b, s, hq, hkv, d, dv)
+    ("zigzag", True, 2, 64, 4, 2, 16, 16),
+    ("zigzag", False, 1, 48, 4, 4, 16, 8),
+    ("contiguous", True, 2, 40, 2, 1, 16, 16),  # MQA, causal work uneven across devices
+    ("contiguous", False, 1, 32, 8, 2, 32, 32),
+]
+
+
+@pytest.mark.parametrize(("layout", "causal", "b", "s", "hq", "hkv", "d", "dv"), CASES)
+def test_ring_matches_one_device(layout, causal, b, s, hq, hkv, d, dv):
+    q, k, v = random_qkv(jax.random.key(s + hq), b, s, s, hq, hkv, d, dv, jnp.float32)
+    ring = _ring_fn(_mesh(), "x", causal=causal, layout=layout)
+    ref = _one_device(causal)
+    o1, lse1 = jax.jit(ring)(q, k, v)
+    o0, lse0 = ref(q, k, v)
+    assert _max_diff(o1, o0) < 2e-5 and _max_diff(lse1, lse0) < 2e-5
+    g1 = jax.jit(jax.grad(_loss(ring), argnums=(0, 1, 2)))(q, k, v)
+    g0 = jax.grad(_loss(ref), argnums=(0, 1, 2))(q, k, v)
+    for name, a, e in zip(("dq", "dk", "dv"), g1, g0, strict=True):
+        scale = float(jnp.max(jnp.abs(e)))
+        assert _max_diff(a, e) < 1e-5 * max(scale, 1.0), (name, _max_diff(a, e))
+
+
+def test_ring_cross_attention_different_lengths():
+    """Without a mask the local q and k blocks may have different lengths."""
+    q, _, _ = random_qkv(jax.random.key(1), 2, 16, 16, 4, 2, 16, 16, jnp.float32)
+    _, k, v = random_qkv(jax.random.key(2), 2, 64, 64, 4, 2, 16, 16, jnp.float32)
+    ring = _ring_fn(_mesh(), "x", causal=False, layout="contiguous")
+    o1, lse1 = jax.jit(ring)(q, k, v)
+    o0, lse0 = _one_device(False)(q, k, v)
+    assert _max_diff(o1, o0) < 2e-5 and _max_diff(lse1, lse0) < 2e-5
+
+
+def test_ring_over_two_axes_with_batch_split():
+    """Batch split over one mesh axis, the ring over a tuple of the other two."""
+    mesh = _mesh((2, 2, 2), ("b", "s1", "s2"))
+    q, k, v = random_qkv(jax.random.key(3), 4, 32, 32, 4, 2, 16, 16, jnp.float32)
+    ring = _ring_fn(mesh, ("s1", "s2"), causal=True, layout="zigzag", batch_axis="b", scale=0.3)
+    ref = _one_device(True, 0.3)
+    o1, lse1 = jax.jit(ring)(q, k, v)
+    o0, lse0 = ref(q, k, v)
+    assert _max_diff(o1, o0) < 2e-5 and _max_diff(lse1, lse0) < 2e-5
+    g1 = jax.jit(jax.grad(_loss(ring), argnums=(0, 1, 2)))(q, k, v)
+    g0 = jax.grad(_loss(ref), argnums=(0, 1, 2))(q, k, v)
+    for a, e in zip(g1, g0, strict=True):
+        assert _max_diff(a, e) < 1e-5 * max(float(jnp.max(jnp.abs(e))), 1.0)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_ring_low_precision_by_rule(dtype):
+    """16-bit inputs: the ring's o and lse pass the DESIGN.md rule against a float64 oracle."""
+    q, k, v = random_qkv(jax.random.key(4), 2, 64, 64, 4, 2, 32, 32, dtype)
+    o, lse = jax.jit(_ring_fn(_mesh(), "x", causal=True, layout="zigzag"))(q, k, v)
+    o64, lse64 = attention_reference(q, k, v, causal=True, compute_dtype=jnp.float64)
+    o_x, lse_x = attention_reference(q, k, v, causal=True, compute_dtype=dtype)
+    assert o.dtype == dtype and lse.dtype == jnp.float32
+    assert_close_by_rule(f"ring o {jnp.dtype(dtype).name}", o, o64, o_x, dtype)
+    assert_close_by_rule(f"ring lse {jnp.dtype(dtype).name}", lse, lse64, lse_x, dtype)
+
+
+def _kernel_calls(jaxpr, inside_cond=False):
+    """(inside a cond?, sq * sk (halved when causal)) of every forward kernel call."""
+    out = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "fa4_fwd":
+            sq, sk = eqn.invars[0].aval.shape[1], eqn.invars[1].aval.shape[1]
+            out.append((inside_cond, sq * sk // (2 if eqn.params["causal"] else 1)))
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            out += _kernel_calls(sub, inside_cond or eqn.primitive.name == "cond")
+    return out
+
+
+def _conds(jaxpr):
+    out = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "cond":
+            out.append([_kernel_calls(br.jaxpr, True) for br in eqn.params["branches"]])
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            out += _conds(sub)
+    return out
+
+
+def test_zigzag_steps_have_equal_work():
+    """Load balance: in the causal zig-zag forward every step costs every device the same. The
+    local block is 8 positions (two chunks of c = 4): the diagonal step is one causal 8 x 8 call
+    (32 score entries), every other step a conditional whose two branches (the visiting block
+    is earlier / later in the sequence than this device's) are full 8 x 4 and 4 x 8 calls."""
+    q, k, v = random_qkv(jax.random.key(5), 1, 64, 64, 2, 2, 16, 16, jnp.float32)
+    jaxpr = jax.make_jaxpr(_ring_fn(_mesh(), "x", causal=True, layout="zigzag"))(q, k, v).jaxpr
+    assert [w for inside, w in _kernel_calls(jaxpr) if not inside] == [32]
+    conds = _conds(jaxpr)
+    assert len(conds) == N - 1
+    for branches in conds:
+        assert branches == [[(True, 32)], [(True, 32)]]
+
+
+def test_ring_under_vmap():
+    mesh = _mesh()
+    q, k, v = random_qkv(jax.random.key(6), 3, 32, 32, 2, 2, 16, 16, jnp.float32)
+    ring = _ring_fn(mesh, "x", causal=True, layout="contiguous")
+
+    def per_example(q, k, v):
+        o, lse = ring(q[None], k[None], v[None])
+        return o[0], lse[0]
+
+    o1, lse1 = jax.jit(jax.vmap(per_example))(q, k, v)
+    o0, lse0 = _one_device(True)(q, k, v)
+    assert _max_diff(o1, o0) < 2e-5 and _max_diff(lse1, lse0) < 2e-5
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------
+
+
+def _in_shard_map(fn, *args, specs=None):
+    mesh = _mesh()
+    specs = specs or (P(None, "x"),) * len(args)
+    return jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=P(None, "x"))(*args)
+
+
+def test_error_outside_shard_map():
+    q, k, v = random_qkv(jax.random.key(7), 1, 16, 16, 2, 2, 16, 16, jnp.float32)
+    with pytest.raises(ValueError, match="axis_name='x' is not a bound mesh axis"):
+        jax_fa4.ring_attention(q, k, v, axis_name="x")
+
+
+def test_error_unknown_axis_name():
+    q, k, v = random_qkv(jax.random.key(7), 1, 16, 16, 2, 2, 16, 16, jnp.float32)
+    with pytest.raises(ValueError, match="axis_name='seq' is not a bound mesh axis"):
+        _in_shard_map(lambda q, k, v: jax_fa4.ring_attention(q, k, v, axis_name="seq"), q, k, v)
+
+
+def test_error_causal_needs_equal_lengths():
+    q, _, _ = random_qkv(jax.random.key(7), 1, 16, 16, 2, 2, 16, 16, jnp.float32)
+    _, k, v = random_qkv(jax.random.key(7), 1, 32, 32, 2, 2, 16, 16, jnp.float32)
+    with pytest.raises(ValueError, match="equal local sequence lengths"):
+        _in_shard_map(
+            lambda q, k, v: jax_fa4.ring_attention(q, k, v, axis_name="x", causal=True), q, k, v
+        )
+
+
+def test_error_zigzag_needs_even_local_length():
+    q, k, v = random_qkv(jax.random.key(7), 1, 24, 24, 2, 2, 16, 16, jnp.float32)  # 3 each
+    with pytest.raises(ValueError, match="even local sequence length"):
+        _in_shard_map(
+            lambda q, k, v: jax_fa4.ring_attention(q, k, v, axis_name="x", causal=True), q, k, v
+        )
+
+
+def test_error_bad_layout():
+    q, k, v = random_qkv(jax.random.key(7), 1, 16, 16, 2, 2, 16, 16, jnp.float32)
+    with pytest.raises(ValueError, match="layout must be one of"):
+        _in_shard_map(
+            lambda q, k, v: jax_fa4.ring_attention(q, k, v, axis_name="x", layout="striped"),
+            q,
+            k,
+            v,
+        )
+
+
+def test_error_kv_not_split_over_ring_axis():
+    q, k, v = random_qkv(jax.random.key(7), 1, 16, 16, 2, 2, 16, 16, jnp.float32)
+    with pytest.raises(ValueError, match="k and v must be split over the ring axis"):
+        _in_shard_map(
+            lambda q, k, v: jax_fa4.ring_attention(q, k, v, axis_name="x"),
+            q,
+            k,
+            v,
+            specs=(P(None, "x"), P(), P()),
+        )
