@@ -95,21 +95,20 @@ def _bwd(q, k, v, o, lse, do, dlse, scale: float, causal: bool):
     return tuple(fa4_bwd_p.bind(q, k, v, o, lse, do, dlse, softmax_scale=scale, causal=causal))
 
 
-def _zeros(shape, dtype, varying: frozenset) -> jax.Array:
-    return _compat.cast_to_varying(jnp.zeros(shape, dtype), varying)
-
-
 def _merge(o_acc, lse_acc, o_blk, lse_blk):
-    """Merges two partial softmax results through their log-sum-exps (rows with no key so far
-    have lse -inf and o 0). o_acc float32 [b, s, h, dv]; lse [b, h, s]."""
+    """Merges two partial softmax results through their log-sum-exps. A partial with lse -inf
+    (its rows saw no key) contributes nothing, whatever its o holds. o [b, s, h, dv] (the result
+    is float32), lse float32 [b, h, s]."""
     lse = jnp.logaddexp(lse_acc, lse_blk)
     safe = jnp.where(jnp.isfinite(lse), lse, 0.0)
 
     def weight(x):  # [b, h, s] -> [b, s, h, 1]
         return jnp.swapaxes(jnp.exp(x - safe), 1, 2)[..., None]
 
-    o = o_acc * weight(lse_acc) + o_blk.astype(jnp.float32) * weight(lse_blk)
-    return o, lse
+    def term(o, x):  # 0 where the weight is 0, even if o is not finite there
+        return jnp.where(weight(x) > 0, o.astype(jnp.float32) * weight(x), 0.0)
+
+    return term(o_acc, lse_acc) + term(o_blk, lse_blk), lse
 
 
 def _ring_setup(axis_name: AxisName):
@@ -117,6 +116,31 @@ def _ring_setup(axis_name: AxisName):
     r = jax.lax.axis_index(axis_name)
     perm = [(i, (i + 1) % n) for i in range(n)]
     return n, r, perm
+
+
+def _halves(x, axis: int = 1):
+    c = x.shape[axis] // 2
+    return jax.lax.slice_in_dim(x, 0, c, axis=axis), jax.lax.slice_in_dim(x, c, None, axis=axis)
+
+
+def _zigzag_pairs(earlier, q_like, kv_like):
+    """The two (c x c) block pairs of a zig-zag step, stacked along the batch for one kernel call.
+
+    With the visiting block earlier in the sequence than this device's (``earlier``), all of
+    this device's queries see the first chunk of the visitor: pairs (q_b, k_0) and (q_a, k_0).
+    Otherwise only the second query chunk sees the visitor, all of it: (q_b, k_0) and (q_b, k_1).
+    The first pair is the same either way; the second is chosen by a select, not a branch, so
+    every device runs the same program. q_like: arrays split along the query sequence (axis 1,
+    or 2 for lse-like arrays); kv_like: arrays split along the key sequence.
+    """
+    out = []
+    for x, axis in q_like:
+        xa, xb = _halves(x, axis)
+        out.append(jnp.concatenate([xb, jnp.where(earlier, xa, xb)], axis=0))
+    for x in kv_like:
+        x0, x1 = _halves(x)
+        out.append(jnp.concatenate([x0, jnp.where(earlier, x0, x1)], axis=0))
+    return out
 
 
 def ring_fwd_local(
@@ -134,51 +158,41 @@ def ring_fwd_local(
     q ``[b, sq, hq, d]``, k ``[b, sk, hkv, d]``, v ``[b, sk, hkv, dv]`` are this device's
     blocks; o ``[b, sq, hq, dv]`` in q's dtype, lse float32 ``[b, hq, sq]`` over the whole
     sequence. Must run where `axis_name` is bound (shard_map, or a custom_partitioning body).
+    Every device runs the same program (masks are selects, not branches).
     """
     n, r, perm = _ring_setup(axis_name)
-    b, sq, hq, _ = q.shape
-    dv = v.shape[3]
-    varying = _compat.union_varying_axes(jax.typeof(x) for x in (q, k, v))
-    c = sq // 2  # zig-zag chunk
+    b = q.shape[0]
 
     def step(s: int, kb, vb):
         if not causal:
             return _fwd(q, kb, vb, softmax_scale, False)
         if s == 0:  # own block: one causal call covers both layouts (see the module docstring)
             return _fwd(q, kb, vb, softmax_scale, True)
-
-        # Device r holds at step s the block of device (r - s) mod n, which precedes its own
+        # At step s device r holds the block of device (r - s) mod n, which comes before its own
         # block in the sequence exactly when r >= s.
-        def empty():
-            return (
-                _zeros((b, sq, hq, dv), q.dtype, varying),
-                jnp.full((b, hq, sq), -jnp.inf, jnp.float32) + _zeros((), jnp.float32, varying),
-            )
+        earlier = r >= s
+        if layout == "contiguous":  # an earlier block is seen whole, a later one not at all
+            o, lse = _fwd(q, kb, vb, softmax_scale, False)
+            return o, jnp.where(earlier, lse, -jnp.inf)
+        qs, ks, vs = _zigzag_pairs(earlier, [(q, 1)], [kb, vb])
+        o2, lse2 = _fwd(qs, ks, vs, softmax_scale, False)
+        (o_b, o_x), (lse_b, lse_x) = (o2[:b], o2[b:]), (lse2[:b], lse2[b:])
+        # The second pair's rows are chunk a (earlier) or chunk b (later) of this device's.
+        o_bb, lse_bb = _merge(o_b, lse_b, o_x, jnp.where(earlier, -jnp.inf, lse_x))
+        o = jnp.concatenate([o_x.astype(jnp.float32), o_bb], axis=1)
+        lse = jnp.concatenate([jnp.where(earlier, lse_x, -jnp.inf), lse_bb], axis=2)
+        return o, lse
 
-        if layout == "contiguous":
-            return jax.lax.cond(r >= s, lambda: _fwd(q, kb, vb, softmax_scale, False), empty)
-
-        def earlier():  # all queries see the first chunk of the earlier block, none its second
-            return _fwd(q, kb[:, :c], vb[:, :c], softmax_scale, False)
-
-        def later():  # only the second query chunk sees the later block, all of it
-            o2, lse2 = _fwd(q[:, c:], kb, vb, softmax_scale, False)
-            o0, lse0 = empty()
-            return (
-                jnp.concatenate([o0[:, :c], o2], axis=1),
-                jnp.concatenate([lse0[..., :c], lse2], axis=2),
-            )
-
-        return jax.lax.cond(r >= s, earlier, later)
-
-    o_acc = _zeros((b, sq, hq, dv), jnp.float32, varying)
-    lse_acc = jnp.full((b, hq, sq), -jnp.inf, jnp.float32) + _zeros((), jnp.float32, varying)
+    o_acc, lse_acc = None, None
     kb, vb = k, v
     for s in range(n):
         if s + 1 < n:  # start moving the next block before computing on this one
             kb_next, vb_next = jax.lax.ppermute((kb, vb), axis_name, perm)
         o_blk, lse_blk = step(s, kb, vb)
-        o_acc, lse_acc = _merge(o_acc, lse_acc, o_blk, lse_blk)
+        if o_acc is None:
+            o_acc, lse_acc = o_blk.astype(jnp.float32), lse_blk
+        else:
+            o_acc, lse_acc = _merge(o_acc, lse_acc, o_blk, lse_blk)
         if s + 1 < n:
             kb, vb = kb_next, vb_next
     return o_acc.astype(q.dtype), lse_acc
@@ -200,65 +214,53 @@ def ring_bwd_local(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The ring backward on this device's blocks: ``(dq, dk, dv)`` shaped like q, k, v.
 
-    o, lse are the ring forward's outputs (over the whole sequence), do/dlse their cotangents.
-    dK/dV accumulate in float32 and travel with their K/V block; after the last step one more
-    ppermute brings each accumulator home.
+    o, lse are the ring forward's outputs (over the whole sequence), do/dlse their cotangents;
+    each block's kernel call uses them as the one-device backward does, so its dq/dk/dv are that
+    block pair's exact share of the gradient. dK/dV accumulate in float32 and travel with their
+    K/V block; after the last step one more ppermute brings each accumulator home.
     """
     n, r, perm = _ring_setup(axis_name)
-    sq = q.shape[1]
-    varying = _compat.union_varying_axes(jax.typeof(x) for x in (q, k, v, o, lse, do, dlse))
-    c = sq // 2
+    b = q.shape[0]
 
     def step(s: int, kb, vb):
         if not causal:
             return _bwd(q, kb, vb, o, lse, do, dlse, softmax_scale, False)
         if s == 0:
             return _bwd(q, kb, vb, o, lse, do, dlse, softmax_scale, True)
-
-        def full():
-            return _bwd(q, kb, vb, o, lse, do, dlse, softmax_scale, False)
-
-        def empty():
-            return tuple(_zeros(x.shape, x.dtype, varying) for x in (q, kb, vb))
-
+        earlier = r >= s
         if layout == "contiguous":
-            return jax.lax.cond(r >= s, full, empty)
-
-        def earlier():  # all queries x the first chunk of the block
-            dq, dk1, dv1 = _bwd(q, kb[:, :c], vb[:, :c], o, lse, do, dlse, softmax_scale, False)
-            pad = _zeros(kb[:, c:].shape, dk1.dtype, varying)
-            padv = _zeros(vb[:, c:].shape, dv1.dtype, varying)
-            return dq, jnp.concatenate([dk1, pad], 1), jnp.concatenate([dv1, padv], 1)
-
-        def later():  # the second query chunk x the whole block
-            dq2, dk, dv = _bwd(
-                q[:, c:],
-                kb,
-                vb,
-                o[:, c:],
-                lse[..., c:],
-                do[:, c:],
-                dlse[..., c:],
-                softmax_scale,
-                False,
+            grads = _bwd(q, kb, vb, o, lse, do, dlse, softmax_scale, False)
+            return tuple(jnp.where(earlier, g, jnp.zeros((), g.dtype)) for g in grads)
+        qs, os_, lses, dos, dlses, ks, vs = _zigzag_pairs(
+            earlier, [(q, 1), (o, 1), (lse, 2), (do, 1), (dlse, 2)], [kb, vb]
+        )
+        dq2, dk2, dv2 = _bwd(qs, ks, vs, os_, lses, dos, dlses, softmax_scale, False)
+        zero = jnp.zeros((), jnp.float32)
+        dq_b, dq_x = dq2[:b].astype(jnp.float32), dq2[b:].astype(jnp.float32)
+        dq = jnp.concatenate(
+            [jnp.where(earlier, dq_x, zero), dq_b + jnp.where(earlier, zero, dq_x)], axis=1
+        )
+        dkv = []
+        for d2 in (dk2, dv2):
+            d_0, d_x = d2[:b].astype(jnp.float32), d2[b:].astype(jnp.float32)
+            dkv.append(
+                jnp.concatenate(
+                    [d_0 + jnp.where(earlier, d_x, zero), jnp.where(earlier, zero, d_x)], axis=1
+                )
             )
-            dq = jnp.concatenate([_zeros(q[:, :c].shape, dq2.dtype, varying), dq2], 1)
-            return dq, dk, dv
+        return dq, dkv[0], dkv[1]
 
-        return jax.lax.cond(r >= s, earlier, later)
-
-    dq_acc = _zeros(q.shape, jnp.float32, varying)
-    dk_acc = _zeros(k.shape, jnp.float32, varying)
-    dv_acc = _zeros(v.shape, jnp.float32, varying)
+    dq_acc = dk_acc = dv_acc = None
     kb, vb = k, v
     for s in range(n):
         if s + 1 < n:
             kb_next, vb_next = jax.lax.ppermute((kb, vb), axis_name, perm)
-        dq, dk, dv = step(s, kb, vb)
-        dq_acc = dq_acc + dq.astype(jnp.float32)
-        # dk_acc arrived (at the end of the previous step) with the block we just computed on.
-        dk_acc = dk_acc + dk.astype(jnp.float32)
-        dv_acc = dv_acc + dv.astype(jnp.float32)
+        dq, dk, dv = (x.astype(jnp.float32) for x in step(s, kb, vb))
+        if dq_acc is None:
+            dq_acc, dk_acc, dv_acc = dq, dk, dv
+        else:
+            # dk_acc arrived (end of the previous step) with the block just computed on.
+            dq_acc, dk_acc, dv_acc = dq_acc + dq, dk_acc + dk, dv_acc + dv
         dk_acc, dv_acc = jax.lax.ppermute((dk_acc, dv_acc), axis_name, perm)
         if s + 1 < n:
             kb, vb = kb_next, vb_next
