@@ -16,14 +16,19 @@ blocks sit, so the layout matters:
 
 * ``layout="zigzag"`` (default, load balanced): cut the sequence into ``2 n`` equal chunks; device
   ``r`` holds chunks ``r`` and ``2 n - 1 - r``, in that order. Every ring step then costs every
-  device the same: the diagonal step is one causal block of twice the chunk, every other step is
-  a full (unmasked) block of ``2 c x c``. :func:`to_zigzag` / :func:`from_zigzag` permute a
-  sequence into and out of this order (do it once, on token ids/positions/labels, before the
-  model: attention is the only order-sensitive layer of a transformer besides positions).
+  device the same: the diagonal step is one causal call on the local block, every other step one
+  full call on two stacked ``c x c`` block pairs (c = chunk length), the same program on every
+  device. :func:`to_zigzag` / :func:`from_zigzag` permute a sequence into and out of this order
+  (do it once, on token ids/positions/labels, before the model: attention is the only
+  order-sensitive layer of a transformer besides positions).
 * ``layout="contiguous"``: device ``r`` holds the ``r``-th contiguous block (what sharding a
-  natural-order array over the sequence axis gives). Exact, but with a causal mask device ``r``
-  has work on only ``r + 1`` of the ``n`` steps, so the ring runs at the speed of the last device.
-  The automatic partitioning of :func:`jax_fa4.attention` under ``jax.jit`` uses this layout.
+  natural-order array over the sequence axis gives). With a causal mask and an even local
+  length, the ring first moves the chunks into the zig-zag order itself (two ppermutes of q, k
+  and v, two of the outputs back; the backward likewise for the cotangents and gradients) and so
+  is balanced too; pre-permuted data (``layout="zigzag"``) saves those transfers. With an odd
+  local length every device computes every step's full block and masks the future ones (exact,
+  twice the balanced work). The automatic partitioning of :func:`jax_fa4.attention` under
+  ``jax.jit`` uses this layout, since a sharded natural-order array is laid out that way.
 """
 
 from __future__ import annotations
@@ -143,7 +148,7 @@ def _zigzag_pairs(earlier, q_like, kv_like):
     return out
 
 
-def ring_fwd_local(
+def _ring_fwd(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
@@ -198,7 +203,7 @@ def ring_fwd_local(
     return o_acc.astype(q.dtype), lse_acc
 
 
-def ring_bwd_local(
+def _ring_bwd(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
@@ -267,6 +272,120 @@ def ring_bwd_local(
     return dq_acc.astype(q.dtype), dk_acc.astype(k.dtype), dv_acc.astype(v.dtype)
 
 
+def _zigzag_home(chunk: int, n: int) -> int:
+    """The device holding `chunk` (of 2n) in the zig-zag layout."""
+    return chunk if chunk < n else 2 * n - 1 - chunk
+
+
+def _blocks_to_zigzag(axis_name: AxisName, xs: list[tuple[jax.Array, int]]) -> list[jax.Array]:
+    """Moves contiguous-layout blocks (device r: chunks 2r, 2r+1) into the zig-zag layout.
+
+    xs: (array, sequence axis) pairs, all permuted the same way. Two ppermutes in all: every
+    device sends its even chunk (2r) in one, its odd chunk in the other (each is a permutation
+    of the devices); device d then orders what it got as (chunk d, chunk 2n-1-d).
+    """
+    n, d = jax.lax.axis_size(axis_name), jax.lax.axis_index(axis_name)
+    halves = [_halves(x, axis) for x, axis in xs]
+    even = jax.lax.ppermute(
+        [h[0] for h in halves], axis_name, [(r, _zigzag_home(2 * r, n)) for r in range(n)]
+    )
+    odd = jax.lax.ppermute(
+        [h[1] for h in halves], axis_name, [(r, _zigzag_home(2 * r + 1, n)) for r in range(n)]
+    )
+    d_even = d % 2 == 0  # chunk d is even exactly when d is
+    return [
+        jnp.concatenate([jnp.where(d_even, e, o), jnp.where(d_even, o, e)], axis=axis)
+        for (_, axis), e, o in zip(xs, even, odd, strict=True)
+    ]
+
+
+def _blocks_from_zigzag(axis_name: AxisName, xs: list[tuple[jax.Array, int]]) -> list[jax.Array]:
+    """Inverse of :func:`_blocks_to_zigzag`: every chunk j goes home to device j // 2."""
+    n, d = jax.lax.axis_size(axis_name), jax.lax.axis_index(axis_name)
+    d_even = d % 2 == 0
+    evens, odds = [], []
+    for x, axis in xs:
+        first, second = _halves(x, axis)  # chunks d and 2n-1-d
+        evens.append(jnp.where(d_even, first, second))
+        odds.append(jnp.where(d_even, second, first))
+
+    def home(chunk: int) -> int:
+        return chunk // 2
+
+    even = jax.lax.ppermute(
+        evens, axis_name, [(e, home(e if e % 2 == 0 else 2 * n - 1 - e)) for e in range(n)]
+    )
+    odd = jax.lax.ppermute(
+        odds, axis_name, [(e, home(e if e % 2 == 1 else 2 * n - 1 - e)) for e in range(n)]
+    )
+    return [
+        jnp.concatenate([e, o], axis=axis) for (_, axis), e, o in zip(xs, even, odd, strict=True)
+    ]
+
+
+def _rebalances(axis_name: AxisName, causal: bool, layout: str, seq_len: int) -> bool:
+    """Whether a contiguous-layout causal ring is run in the zig-zag layout (see module doc)."""
+    return causal and layout == "contiguous" and seq_len % 2 == 0 and _n(axis_name) > 1
+
+
+def _n(axis_name: AxisName) -> int:
+    return int(jax.lax.axis_size(axis_name))
+
+
+def ring_fwd_local(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    axis_name: AxisName,
+    causal: bool,
+    softmax_scale: float,
+    layout: str,
+) -> tuple[jax.Array, jax.Array]:
+    """The ring forward on this device's blocks (no argument checks, no VJP): ``(o, lse)``.
+
+    q ``[b, sq, hq, d]``, k ``[b, sk, hkv, d]``, v ``[b, sk, hkv, dv]`` are this device's
+    blocks in `layout`; o ``[b, sq, hq, dv]`` (q's dtype) and lse float32 ``[b, hq, sq]`` over the
+    whole sequence, in the same layout. Must run where `axis_name` is bound (shard_map, or a
+    custom_partitioning body). Every device runs the same program (masks are selects).
+    """
+    params = dict(axis_name=axis_name, causal=causal, softmax_scale=softmax_scale)
+    if not _rebalances(axis_name, causal, layout, q.shape[1]):
+        return _ring_fwd(q, k, v, layout=layout, **params)
+    q, k, v = _blocks_to_zigzag(axis_name, [(q, 1), (k, 1), (v, 1)])
+    o, lse = _ring_fwd(q, k, v, layout="zigzag", **params)
+    o, lse = _blocks_from_zigzag(axis_name, [(o, 1), (lse, 2)])
+    return o, lse
+
+
+def ring_bwd_local(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    o: jax.Array,
+    lse: jax.Array,
+    do: jax.Array,
+    dlse: jax.Array,
+    *,
+    axis_name: AxisName,
+    causal: bool,
+    softmax_scale: float,
+    layout: str,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The ring backward on this device's blocks: ``(dq, dk, dv)`` shaped like q, k, v.
+
+    o, lse: the ring forward's outputs; do, dlse: their cotangents; all in `layout`.
+    """
+    params = dict(axis_name=axis_name, causal=causal, softmax_scale=softmax_scale)
+    if not _rebalances(axis_name, causal, layout, q.shape[1]):
+        return _ring_bwd(q, k, v, o, lse, do, dlse, layout=layout, **params)
+    args = _blocks_to_zigzag(
+        axis_name, [(q, 1), (k, 1), (v, 1), (o, 1), (lse, 2), (do, 1), (dlse, 2)]
+    )
+    dq, dk, dv = _ring_bwd(*args, layout="zigzag", **params)
+    return tuple(_blocks_from_zigzag(axis_name, [(dq, 1), (dk, 1), (dv, 1)]))
+
+
 # ---------------------------------------------------------------------------------------------
 # The public call
 # ---------------------------------------------------------------------------------------------
@@ -274,14 +393,19 @@ def ring_bwd_local(
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
 def _ring_core(q, k, v, axis_name, causal, softmax_scale, layout):
-    return ring_fwd_local(
-        q, k, v, axis_name=axis_name, causal=causal, softmax_scale=softmax_scale, layout=layout
-    )
+    return _ring_core_fwd(q, k, v, axis_name, causal, softmax_scale, layout)[0]
 
 
 def _ring_core_fwd(q, k, v, axis_name, causal, softmax_scale, layout):
-    o, lse = _ring_core(q, k, v, axis_name, causal, softmax_scale, layout)
-    return (o, lse), (q, k, v, o, lse)
+    params = dict(axis_name=axis_name, causal=causal, softmax_scale=softmax_scale)
+    if not _rebalances(axis_name, causal, layout, q.shape[1]):
+        o, lse = _ring_fwd(q, k, v, layout=layout, **params)
+        return (o, lse), (q, k, v, o, lse)
+    # Contiguous and causal: run (and keep the residuals) in the zig-zag layout.
+    q, k, v = _blocks_to_zigzag(axis_name, [(q, 1), (k, 1), (v, 1)])
+    o, lse = _ring_fwd(q, k, v, layout="zigzag", **params)
+    out = tuple(_blocks_from_zigzag(axis_name, [(o, 1), (lse, 2)]))
+    return out, (q, k, v, o, lse)
 
 
 def _ring_core_bwd(axis_name, causal, softmax_scale, layout, residuals, cotangents):
@@ -289,19 +413,12 @@ def _ring_core_bwd(axis_name, causal, softmax_scale, layout, residuals, cotangen
     do, dlse = cotangents
     do = jnp.asarray(do, o.dtype)
     dlse = jnp.asarray(dlse, jnp.float32)
-    return ring_bwd_local(
-        q,
-        k,
-        v,
-        o,
-        lse,
-        do,
-        dlse,
-        axis_name=axis_name,
-        causal=causal,
-        softmax_scale=softmax_scale,
-        layout=layout,
-    )
+    params = dict(axis_name=axis_name, causal=causal, softmax_scale=softmax_scale)
+    if not _rebalances(axis_name, causal, layout, q.shape[1]):
+        return _ring_bwd(q, k, v, o, lse, do, dlse, layout=layout, **params)
+    do, dlse = _blocks_to_zigzag(axis_name, [(do, 1), (dlse, 2)])
+    dq, dk, dv = _ring_bwd(q, k, v, o, lse, do, dlse, layout="zigzag", **params)
+    return tuple(_blocks_from_zigzag(axis_name, [(dq, 1), (dk, 1), (dv, 1)]))
 
 
 _ring_core.defvjp(_ring_core_fwd, _ring_core_bwd)

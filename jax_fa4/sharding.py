@@ -17,7 +17,8 @@ wraps the kernel in :func:`jax.experimental.custom_partitioning.custom_partition
   - batch and heads split (heads only when the kv heads split evenly: ``heads_kv % n == 0``):
     each device runs the kernel on its shard, no communication;
   - q's sequence split over axes A, k's sequence split the same way: ring attention over A
-    (:mod:`jax_fa4.ring`, contiguous layout; with ``causal`` this needs ``seq_q == seq_k``);
+    (:mod:`jax_fa4.ring`, contiguous layout, balanced by a move into the zig-zag order when
+    causal; with ``causal`` this needs ``seq_q == seq_k``);
   - q's sequence split, k's not, no causal mask: each device attends its queries to all keys
     (the backward sums dK/dV over A);
   - anything else (head-dim splits, uneven sequence or head splits, a causal q-only split):

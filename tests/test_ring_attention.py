@@ -106,7 +106,8 @@ CASES = [
     # (layout, causal, b, s, hq, hkv, d, dv)
     ("zigzag", True, 2, 64, 4, 2, 16, 16),
     ("zigzag", False, 1, 48, 4, 4, 16, 8),
-    ("contiguous", True, 2, 40, 2, 1, 16, 16),  # MQA, causal work uneven across devices
+    ("contiguous", True, 2, 40, 2, 1, 16, 16),  # MQA; odd local length: masked full blocks
+    ("contiguous", True, 1, 64, 4, 2, 16, 16),  # even local length: moved to zig-zag inside
     ("contiguous", False, 1, 32, 8, 2, 32, 32),
 ]
 
@@ -177,13 +178,15 @@ def _kernel_calls(jaxpr) -> list[tuple[str, int]]:
     return out
 
 
-def test_zigzag_steps_have_equal_work():
-    """Load balance, structurally: the causal zig-zag ring has no branches (every device runs
-    the same program) and every step costs the same. Local block 8 positions (chunks of c = 4),
-    batch 1: the diagonal step is one causal 8 x 8 call (32 score entries), every other step one
-    call on two stacked 4 x 4 block pairs (2 x 16)."""
+@pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
+def test_causal_steps_have_equal_work(layout):
+    """Load balance, structurally: the causal ring has no branches (every device runs the same
+    program) and every step costs the same. Local block 8 positions (chunks of c = 4), batch 1:
+    the diagonal step is one causal 8 x 8 call (32 score entries), every other step one call on
+    two stacked 4 x 4 block pairs (2 x 16). The contiguous layout (even local length) gets there
+    by moving its chunks into the zig-zag order first."""
     q, k, v = random_qkv(jax.random.key(5), 1, 64, 64, 2, 2, 16, 16, jnp.float32)
-    ring = _ring_fn(_mesh(), "x", causal=True, layout="zigzag")
+    ring = _ring_fn(_mesh(), "x", causal=True, layout=layout)
     calls = _kernel_calls(jax.make_jaxpr(ring)(q, k, v).jaxpr)
     assert calls == [("fa4_fwd", 32)] * N
     calls = _kernel_calls(jax.make_jaxpr(jax.grad(_loss(ring), argnums=(0, 1, 2)))(q, k, v).jaxpr)
