@@ -312,3 +312,54 @@ def test_auto_partition_can_be_switched_off(tmp_path):
         timeout=300,
     )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+def test_explicit_sharding_mesh():
+    """A mesh with Explicit axes (jax.make_mesh's default in recent jax): same partitioning, and
+    the outputs' types carry the sharding."""
+    mesh = jax.make_mesh((2, 4), ("b", "h"), axis_types=(AxisType.Explicit,) * 2)
+    q, k, v = random_qkv(jax.random.key(4), 4, 16, 16, 8, 4, 16, 16, jnp.float32)
+    spec = P("b", None, "h")
+    args = (_put(mesh, q, spec), _put(mesh, k, spec), _put(mesh, v, spec))
+    with jax.set_mesh(mesh):
+        o, lse = jax.jit(_fwd(True))(*args)
+        grads = jax.jit(_grads(True))(*args)
+        assert jax.typeof(o).sharding.spec == P("b", None, "h", None)
+        assert jax.typeof(lse).sharding.spec == P("b", "h", None)
+        found = collectives_in(_grads(True), *args)
+    _assert_same((o, lse), _fwd(True)(q, k, v))
+    _assert_same(grads, _grads(True)(q, k, v))
+    assert found == {}, found
+
+
+@pytest.mark.parametrize("ring", [False, True])
+def test_shard_map_without_check_vma(ring):
+    mesh = _mesh((8,), ("s",))
+    q, k, v = random_qkv(jax.random.key(5), 1, 64, 64, 2, 2, 16, 16, jnp.float32)
+    if ring:
+
+        def body(q, k, v):
+            return jax_fa4.ring_attention(
+                q, k, v, axis_name="s", causal=True, layout="contiguous", return_lse=True
+            )
+
+        in_specs = (P(None, "s"),) * 3
+    else:
+        body, in_specs = _fwd(False), (P(None, "s"), P(), P())
+    sm = jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=in_specs,
+        out_specs=(P(None, "s"), P(None, None, "s")),
+        check_vma=False,
+    )
+    ref = _fwd(ring)
+
+    def loss(f):
+        return lambda q, k, v: jnp.sum(f(q, k, v)[0] ** 2) + jnp.sum(jnp.sin(f(q, k, v)[1]))
+
+    _assert_same(jax.jit(sm)(q, k, v), ref(q, k, v))
+    _assert_same(
+        jax.jit(jax.grad(loss(sm), argnums=(0, 1, 2)))(q, k, v),
+        jax.grad(loss(ref), argnums=(0, 1, 2))(q, k, v),
+    )
