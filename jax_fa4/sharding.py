@@ -29,10 +29,13 @@ the partitioning machinery is not involved, so the persistent compilation cache 
 Under multi-device ``jit`` it is involved, with custom_partitioning's known caveats: its
 compiled programs miss the persistent compilation cache, and an exception inside a partitioning
 callback can abort the process (these callbacks are therefore kept free of checks that can
-fail; argument checks run before, at trace and lowering time). Set the environment variable
-``JAX_FA4_AUTO_PARTITION=0`` before importing jax_fa4 to lower the plain kernel everywhere
-instead: the partitioner then replicates attention's operands (correct, but it all-gathers them),
-and ``jax.export`` with abstract meshes works again.
+fail; argument checks run before, at trace and lowering time). Do not set jax's
+``jax_remove_custom_partitioning_ptr_from_cache_key`` for programs holding jax_fa4 calls: the
+partitioning callbacks close over ``softmax_scale`` and ``causal``, which then no longer reach
+the cache key, so two programs differing only in them would share a cache entry. Set the
+environment variable ``JAX_FA4_AUTO_PARTITION=0`` before importing jax_fa4 to lower the plain
+kernel everywhere instead: the partitioner then replicates attention's operands (correct, but it
+all-gathers them), and the program caches like any other.
 """
 
 from __future__ import annotations

@@ -154,14 +154,31 @@ def test_ring_over_two_axes_with_batch_split():
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 def test_ring_low_precision_by_rule(dtype):
-    """16-bit inputs: the ring's o and lse pass the DESIGN.md rule against a float64 oracle."""
+    """16-bit inputs: the ring's o, lse and gradients pass the DESIGN.md rule against a float64
+    oracle (the baseline: the plain jnp reference computed in the input dtype)."""
     q, k, v = random_qkv(jax.random.key(4), 2, 64, 64, 4, 2, 32, 32, dtype)
     o, lse = jax.jit(_ring_fn(_mesh(), "x", causal=True, layout="zigzag"))(q, k, v)
     o64, lse64 = attention_reference(q, k, v, causal=True, compute_dtype=jnp.float64)
     o_x, lse_x = attention_reference(q, k, v, causal=True, compute_dtype=dtype)
     assert o.dtype == dtype and lse.dtype == jnp.float32
-    assert_close_by_rule(f"ring o {jnp.dtype(dtype).name}", o, o64, o_x, dtype)
-    assert_close_by_rule(f"ring lse {jnp.dtype(dtype).name}", lse, lse64, lse_x, dtype)
+    name = jnp.dtype(dtype).name
+    assert_close_by_rule(f"ring o {name}", o, o64, o_x, dtype)
+    assert_close_by_rule(f"ring lse {name}", lse, lse64, lse_x, dtype)
+
+    def ref_loss(compute_dtype):
+        def loss(q, k, v):
+            o, lse = attention_reference(q, k, v, causal=True, compute_dtype=compute_dtype)
+            return jnp.sum(o.astype(jnp.float32) ** 2) + jnp.sum(jnp.sin(lse))
+
+        return loss
+
+    ring = _ring_fn(_mesh(), "x", causal=True, layout="zigzag")
+    grads = jax.jit(jax.grad(_loss(ring), argnums=(0, 1, 2)))(q, k, v)
+    g64 = jax.grad(ref_loss(jnp.float64), argnums=(0, 1, 2))(q, k, v)
+    g_x = jax.grad(ref_loss(dtype), argnums=(0, 1, 2))(q, k, v)
+    for gname, g, e, x in zip(("dq", "dk", "dv"), grads, g64, g_x, strict=True):
+        assert g.dtype == dtype
+        assert_close_by_rule(f"ring {gname} {name}", g, e, x, dtype)
 
 
 def _kernel_calls(jaxpr) -> list[tuple[str, int]]:
