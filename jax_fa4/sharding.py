@@ -14,15 +14,18 @@ wraps the kernel in :func:`jax.experimental.custom_partitioning.custom_partition
   reshards (all-gathers) any operand that does not already have them, so no layout is ever
   miscomputed:
 
-  - batch and heads split (heads only when the kv heads split evenly: ``heads_kv % n == 0``):
-    each device runs the kernel on its shard, no communication;
-  - q's sequence split over axes A, k's sequence split the same way: ring attention over A
-    (:mod:`jax_fa4.ring`, contiguous layout, balanced by a move into the zig-zag order when
-    causal; with ``causal`` this needs ``seq_q == seq_k``);
-  - q's sequence split, k's not, no causal mask: each device attends its queries to all keys
-    (the backward sums dK/dV over A);
-  - anything else (head-dim splits, uneven sequence or head splits, a causal q-only split):
-    replicated on that axis.
+  - batch and/or heads split: each device runs the kernel on its shard, no communication. The
+    kv heads are split by the same axes as the q heads when ``heads_kv % n == 0``; when
+    ``n % heads_kv == 0`` instead (MQA, or GQA split further than heads_kv), k and v keep all
+    their heads, each device slices the one kv head its q heads use, and the backward sums
+    dK/dV over the heads axes;
+  - q's sequence split over axes A with a causal mask (needs ``seq_q == seq_k``): k and v split
+    the same way (resharded if they are not) and ring attention over A (:mod:`jax_fa4.ring`,
+    contiguous layout, balanced by moving the chunks into the zig-zag order first);
+  - q's sequence split without a mask: the same ring when k's sequence is split over A too,
+    otherwise each device attends its queries to all keys (the backward sums dK/dV over A);
+  - anything else (head-dim splits, sequence or head counts the axes do not divide, a causal
+    q split with ``seq_q != seq_k``): replicated on that axis, then computed exactly.
 
 Inside ``shard_map`` (all mesh axes manual) and on one device the kernel is lowered directly;
 the partitioning machinery is not involved, so the persistent compilation cache works there.
