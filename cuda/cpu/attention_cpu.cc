@@ -7,10 +7,12 @@
 #include <vector>
 
 #include "cpu/parallel_for.h"
+#include "cpu/tile_math.h"
 
 // AVX2/FMA versions of the hot loops, picked at load time, where the toolchain supports ifuncs.
+// flatten: the tile helpers must be inlined into each clone, or they run at the baseline ISA.
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
-#define JAX_FA4_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define JAX_FA4_HOT __attribute__((target_clones("arch=x86-64-v3", "default"), flatten))
 #else
 #define JAX_FA4_HOT
 #endif
@@ -20,24 +22,10 @@ namespace {
 
 constexpr int64_t kBlockQ = 64;
 constexpr int64_t kBlockK = 128;
+constexpr int64_t kMaxHeadDim = 256;  // the Python layer and the handlers reject larger
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// Eight partial sums so the compiler can vectorise without reassociating (no -ffast-math).
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-inline void axpy(float alpha, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
 
 // Last key index (exclusive) that query row i may see.
 inline int64_t key_end(const AttentionShape& s, bool causal, int64_t i) {
@@ -62,71 +50,105 @@ void store_rows(ElementType type, const float* tile, int64_t heads, int64_t dim,
     store_from_float(type, tile + r * dim, dim, bytes + ((r0 + r) * heads + head) * dim * eb);
 }
 
+// Copies a [n][dim] tile into dst [dim][ld] (transposed), zero-filling columns n..ld.
+void transpose_padded(const float* src, int64_t n, int64_t dim, int64_t ld, float* dst) {
+  std::fill(dst, dst + dim * ld, 0.0f);
+  transpose(src, dim, n, dim, dst, ld);
+}
+
 // One K/V block for `rows` query rows: the online-softmax update of (m, l, acc).
+// kt is K^T [d][kBlockK] (zero past cols), v is V [cols][dv]; s is scratch [rows][kBlockK].
 // m is the running max in log2 units (scores already multiplied by scale*log2e).
-JAX_FA4_HOT void forward_block(const float* q, int64_t rows, const float* k, const float* v,
+JAX_FA4_HOT void forward_block(const float* q, int64_t rows, const float* kt, const float* v,
                                int64_t cols, int64_t d, int64_t dv, float scale_log2,
                                const int64_t* row_key_end, int64_t k0, float* s, float* m,
-                               float* l, float* acc) {
+                               float* l, float* acc, float* part) {
+  const int64_t width = (cols + 15) / 16 * 16;
+  matmul(q, d, kt, kBlockK, s, kBlockK, rows, d, width, /*accumulate=*/false);
   for (int64_t i = 0; i < rows; ++i) {
+    float* si = s + i * kBlockK;
     const int64_t visible = std::clamp<int64_t>(row_key_end[i] - k0, 0, cols);
-    if (visible == 0) continue;
-    float* si = s + i * cols;
-    float mx = m[i];
-    for (int64_t j = 0; j < visible; ++j) {
-      si[j] = dot(q + i * d, k + j * d, d) * scale_log2;
-      mx = std::max(mx, si[j]);
+    if (visible == 0) {
+      std::fill(si, si + cols, 0.0f);
+      continue;
     }
-    const float alpha = std::exp2(m[i] - mx);  // m[i] = -inf at the start: alpha = 0
+    for (int64_t j = 0; j < visible; ++j) si[j] *= scale_log2;
+    const float mx = row_max(si, visible, m[i]);
+    for (int64_t j = 0; j < visible; ++j) si[j] = exp2_approx(si[j] - mx);
+    std::fill(si + visible, si + cols, 0.0f);
+    const float alpha = exp2_approx(m[i] - mx);  // m[i] = -inf at the start: alpha = 0
     float* acc_i = acc + i * dv;
     if (alpha != 1.0f) {
       for (int64_t c = 0; c < dv; ++c) acc_i[c] *= alpha;
     }
-    float sum = 0.0f;
-    for (int64_t j = 0; j < visible; ++j) {
-      const float p = std::exp2(si[j] - mx);
-      sum += p;
-      axpy(p, v + j * dv, acc_i, dv);
-    }
-    l[i] = l[i] * alpha + sum;
+    l[i] = l[i] * alpha + row_sum(si, visible);
     m[i] = mx;
   }
+  // This block's P V lands in a zeroed partial first: blocked summation keeps float32 error
+  // growing with the number of blocks, not of keys.
+  matmul(s, kBlockK, v, dv, part, dv, rows, cols, dv, /*accumulate=*/false);
+  for (int64_t x = 0; x < rows * dv; ++x) acc[x] += part[x];
 }
 
-// dQ for `rows` query rows against one K/V block.
-JAX_FA4_HOT void backward_dq_block(const float* q, const float* d_o, const float* delta,
-                                   const float* dlse, const float* lse2, int64_t rows, const float* k, const float* v,
-                                   int64_t cols, int64_t d, int64_t dv, float scale,
-                                   float scale_log2, const int64_t* row_key_end, int64_t k0,
+// P and dS of `rows` query rows against one K/V block (the backward's shared first half):
+// p = exp2(Q K^T * scale_log2 - lse2), zero where masked; ds = p * ((dO V^T - delta) + dlse) *
+// scale with delta = rowsum(dO * O) computed by the same matmul arithmetic as dO V^T, so that
+// dP - delta is exactly 0 where V's row equals O's (one visible key).
+// kt is K^T [d][kBlockK], vt is V^T [dv][kBlockK]; p and ds are [rows][kBlockK].
+JAX_FA4_HOT void backward_p_ds(const float* q, const float* d_o, const float* o,
+                               const float* dlse, const float* lse2, int64_t rows,
+                               const float* kt, const float* vt, int64_t cols, int64_t d,
+                               int64_t dv, float scale, float scale_log2,
+                               const int64_t* row_key_end, int64_t k0, float* p, float* ds) {
+  const int64_t width = (cols + 15) / 16 * 16;
+  matmul(q, d, kt, kBlockK, p, kBlockK, rows, d, width, /*accumulate=*/false);
+  matmul(d_o, dv, vt, kBlockK, ds, kBlockK, rows, dv, width, /*accumulate=*/false);
+  float o_col[kMaxHeadDim * 16] = {};
+  float delta16[16];
+  for (int64_t i = 0; i < rows; ++i) {
+    float* pi = p + i * kBlockK;
+    float* dsi = ds + i * kBlockK;
+    // O_i as column 0 of a 16-wide operand: delta_i then takes the very instructions dP takes.
+    for (int64_t c = 0; c < dv; ++c) o_col[c * 16] = o[i * dv + c];
+    matmul(d_o + i * dv, dv, o_col, 16, delta16, 16, 1, dv, 16, /*accumulate=*/false);
+    const float delta_i = delta16[0];
+    int64_t visible = std::clamp<int64_t>(row_key_end[i] - k0, 0, cols);
+    if (lse2[i] == -std::numeric_limits<float>::infinity()) visible = 0;
+    for (int64_t j = 0; j < visible; ++j) {
+      pi[j] = exp2_approx(pi[j] * scale_log2 - lse2[i]);
+      // (dP - delta) first: it cancels exactly where it should, then the lse cotangent enters.
+      dsi[j] = pi[j] * ((dsi[j] - delta_i) + dlse[i]) * scale;
+    }
+    std::fill(pi + visible, pi + kBlockK, 0.0f);
+    std::fill(dsi + visible, dsi + kBlockK, 0.0f);
+  }
+}
+
+// dQ of `rows` query rows from one K/V block: dq = dS K (k is K [cols][d]).
+JAX_FA4_HOT void backward_dq_block(const float* q, const float* d_o, const float* o,
+                                   const float* dlse, const float* lse2, int64_t rows,
+                                   const float* k, const float* kt, const float* vt, int64_t cols,
+                                   int64_t d, int64_t dv, float scale, float scale_log2,
+                                   const int64_t* row_key_end, int64_t k0, float* p, float* ds,
                                    float* dq) {
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t visible = std::clamp<int64_t>(row_key_end[i] - k0, 0, cols);
-    if (visible == 0 || lse2[i] == kNegInf) continue;
-    for (int64_t j = 0; j < visible; ++j) {
-      const float p = std::exp2(dot(q + i * d, k + j * d, d) * scale_log2 - lse2[i]);
-      const float dp = dot(d_o + i * dv, v + j * dv, dv);
-      // (dp - delta) first: it cancels exactly where it should, then the lse cotangent enters.
-      axpy(p * ((dp - delta[i]) + dlse[i]) * scale, k + j * d, dq + i * d, d);
-    }
-  }
+  backward_p_ds(q, d_o, o, dlse, lse2, rows, kt, vt, cols, d, dv, scale, scale_log2,
+                row_key_end, k0, p, ds);
+  matmul(ds, kBlockK, k, d, dq, d, rows, cols, d, /*accumulate=*/false);
 }
 
-// dK, dV for one K/V block against `rows` query rows.
-JAX_FA4_HOT void backward_dkdv_block(const float* q, const float* d_o, const float* delta,
-                                     const float* dlse, const float* lse2, int64_t rows, const float* k,
-                                     const float* v, int64_t cols, int64_t d, int64_t dv,
-                                     float scale, float scale_log2, const int64_t* row_key_end,
-                                     int64_t k0, float* dk, float* dvv) {
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t visible = std::clamp<int64_t>(row_key_end[i] - k0, 0, cols);
-    if (visible == 0 || lse2[i] == kNegInf) continue;
-    for (int64_t j = 0; j < visible; ++j) {
-      const float p = std::exp2(dot(q + i * d, k + j * d, d) * scale_log2 - lse2[i]);
-      const float dp = dot(d_o + i * dv, v + j * dv, dv);
-      axpy(p, d_o + i * dv, dvv + j * dv, dv);
-      axpy(p * ((dp - delta[i]) + dlse[i]) * scale, q + i * d, dk + j * d, d);
-    }
-  }
+// dK, dV of one K/V block from `rows` query rows: dv = P^T dO, dk = dS^T Q (pt: [kBlockK][rows]).
+JAX_FA4_HOT void backward_dkdv_block(const float* q, const float* d_o, const float* o,
+                                     const float* dlse, const float* lse2, int64_t rows,
+                                     const float* kt, const float* vt, int64_t cols, int64_t d,
+                                     int64_t dv, float scale, float scale_log2,
+                                     const int64_t* row_key_end, int64_t k0, float* p, float* ds,
+                                     float* pt, float* dk, float* dvv) {
+  backward_p_ds(q, d_o, o, dlse, lse2, rows, kt, vt, cols, d, dv, scale, scale_log2,
+                row_key_end, k0, p, ds);
+  transpose(p, kBlockK, rows, cols, pt, kBlockQ);
+  matmul(pt, kBlockQ, d_o, dv, dvv, dv, cols, rows, dv, /*accumulate=*/false);
+  transpose(ds, kBlockK, rows, cols, pt, kBlockQ);
+  matmul(pt, kBlockQ, q, d, dk, d, cols, rows, d, /*accumulate=*/false);
 }
 
 int64_t num_blocks(int64_t n, int64_t block) { return (n + block - 1) / block; }
@@ -147,8 +169,9 @@ void attention_forward(ElementType type, const AttentionShape& s, const Attentio
     const int64_t i0 = qb * kBlockQ;
     const int64_t rows = std::min(kBlockQ, s.seq_q - i0);
     std::vector<float> qt(rows * s.head_dim), kt(kBlockK * s.head_dim),
-        vt(kBlockK * s.head_dim_v), st(rows * kBlockK), acc(rows * s.head_dim_v, 0.0f),
-        m(rows, kNegInf), l(rows, 0.0f);
+        ktt(s.head_dim * kBlockK), vt(kBlockK * s.head_dim_v), st(rows * kBlockK),
+        acc(rows * s.head_dim_v, 0.0f), part(rows * s.head_dim_v), m(rows, kNegInf),
+        l(rows, 0.0f);
     std::vector<int64_t> kend(rows);
     int64_t block_end = 0;
     for (int64_t r = 0; r < rows; ++r) {
@@ -165,8 +188,10 @@ void attention_forward(ElementType type, const AttentionShape& s, const Attentio
       const int64_t cols = std::min(kBlockK, s.seq_k - k0);
       load_rows(type, kb_ptr, s.heads_kv, s.head_dim, hk, k0, cols, kt.data());
       load_rows(type, vb_ptr, s.heads_kv, s.head_dim_v, hk, k0, cols, vt.data());
-      forward_block(qt.data(), rows, kt.data(), vt.data(), cols, s.head_dim, s.head_dim_v,
-                    scale_log2, kend.data(), k0, st.data(), m.data(), l.data(), acc.data());
+      transpose_padded(kt.data(), cols, s.head_dim, kBlockK, ktt.data());
+      forward_block(qt.data(), rows, ktt.data(), vt.data(), cols, s.head_dim, s.head_dim_v,
+                    scale_log2, kend.data(), k0, st.data(), m.data(), l.data(), acc.data(),
+                    part.data());
     }
     for (int64_t r = 0; r < rows; ++r) {
       float* acc_r = acc.data() + r * s.head_dim_v;
@@ -187,9 +212,9 @@ void attention_forward(ElementType type, const AttentionShape& s, const Attentio
 
 namespace {
 
-// Per-query-block inputs of the backward: Q, dO, delta = rowsum(dO * O), dlse, lse in log2 units.
+// Per-query-block inputs of the backward: Q, dO, O, dlse, lse in log2 units.
 struct QBlock {
-  std::vector<float> q, d_o, o, delta, dlse_r, lse2;
+  std::vector<float> q, d_o, o, dlse_r, lse2;
   std::vector<int64_t> kend;
   int64_t rows = 0;
   int64_t block_end = 0;
@@ -203,7 +228,6 @@ struct QBlock {
     q.resize(rows * s.head_dim);
     d_o.resize(rows * s.head_dim_v);
     o.resize(rows * s.head_dim_v);
-    delta.resize(rows);
     dlse_r.resize(rows);
     lse2.resize(rows);
     kend.resize(rows);
@@ -218,7 +242,6 @@ struct QBlock {
     block_end = 0;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t row = (b * s.heads_q + h) * s.seq_q + i0 + r;
-      delta[r] = dot(d_o.data() + r * s.head_dim_v, o.data() + r * s.head_dim_v, s.head_dim_v);
       dlse_r[r] = dlse[row];
       lse2[r] = lse[row] * kLog2e;
       kend[r] = key_end(s, causal, i0 + r);
@@ -250,19 +273,22 @@ void attention_backward(ElementType type, const AttentionShape& s, const Attenti
     QBlock blk;
     blk.load(type, s, opts.causal, q, o, d_o, lse, dlse, b, h, qb * kBlockQ);
     std::vector<float> kt(kBlockK * s.head_dim), vt(kBlockK * s.head_dim_v),
-        dqt(blk.rows * s.head_dim, 0.0f), part(blk.rows * s.head_dim);
+        ktt(s.head_dim * kBlockK), vtt(s.head_dim_v * kBlockK), p(kBlockQ * kBlockK),
+        ds(kBlockQ * kBlockK), dqt(blk.rows * s.head_dim, 0.0f), part(blk.rows * s.head_dim);
     const char* kb_ptr = static_cast<const char*>(k) + b * kv_batch_stride * s.head_dim * eb;
     const char* vb_ptr = static_cast<const char*>(v) + b * kv_batch_stride * s.head_dim_v * eb;
     for (int64_t k0 = 0; k0 < blk.block_end; k0 += kBlockK) {
       const int64_t cols = std::min(kBlockK, s.seq_k - k0);
       load_rows(type, kb_ptr, s.heads_kv, s.head_dim, hk, k0, cols, kt.data());
       load_rows(type, vb_ptr, s.heads_kv, s.head_dim_v, hk, k0, cols, vt.data());
-      // Each block's sum lands in a zeroed partial first: blocked summation keeps float32 error
+      transpose_padded(kt.data(), cols, s.head_dim, kBlockK, ktt.data());
+      transpose_padded(vt.data(), cols, s.head_dim_v, kBlockK, vtt.data());
+      // Each block's sum lands in a partial first: blocked summation keeps float32 error
       // growing with the number of blocks, not of keys.
-      std::fill(part.begin(), part.end(), 0.0f);
-      backward_dq_block(blk.q.data(), blk.d_o.data(), blk.delta.data(), blk.dlse_r.data(),
-                        blk.lse2.data(), blk.rows, kt.data(), vt.data(), cols, s.head_dim,
-                        s.head_dim_v, scale, scale_log2, blk.kend.data(), k0, part.data());
+      backward_dq_block(blk.q.data(), blk.d_o.data(), blk.o.data(), blk.dlse_r.data(),
+                        blk.lse2.data(), blk.rows, kt.data(), ktt.data(), vtt.data(), cols,
+                        s.head_dim, s.head_dim_v, scale, scale_log2, blk.kend.data(), k0,
+                        p.data(), ds.data(), part.data());
       for (size_t x = 0; x < part.size(); ++x) dqt[x] += part[x];
     }
     char* dqb = static_cast<char*>(dq) + b * s.seq_q * s.heads_q * s.head_dim * eb;
@@ -278,11 +304,14 @@ void attention_backward(ElementType type, const AttentionShape& s, const Attenti
     const int64_t cols = std::min(kBlockK, s.seq_k - k0);
     std::vector<float> kt(cols * s.head_dim), vt(cols * s.head_dim_v),
         dkt(cols * s.head_dim, 0.0f), dvt(cols * s.head_dim_v, 0.0f), dk_part(cols * s.head_dim),
-        dv_part(cols * s.head_dim_v);
+        dv_part(cols * s.head_dim_v), ktt(s.head_dim * kBlockK), vtt(s.head_dim_v * kBlockK),
+        p(kBlockQ * kBlockK), ds(kBlockQ * kBlockK), pt(kBlockK * kBlockQ);
     const char* kb_ptr = static_cast<const char*>(k) + b * kv_batch_stride * s.head_dim * eb;
     const char* vb_ptr = static_cast<const char*>(v) + b * kv_batch_stride * s.head_dim_v * eb;
     load_rows(type, kb_ptr, s.heads_kv, s.head_dim, hk, k0, cols, kt.data());
     load_rows(type, vb_ptr, s.heads_kv, s.head_dim_v, hk, k0, cols, vt.data());
+    transpose_padded(kt.data(), cols, s.head_dim, kBlockK, ktt.data());
+    transpose_padded(vt.data(), cols, s.head_dim_v, kBlockK, vtt.data());
     // Causal: query i sees key k0 only if i >= k0 - (seq_k - seq_q); earlier q blocks are skipped.
     int64_t first_q = 0;
     if (opts.causal) first_q = std::clamp<int64_t>(k0 - (s.seq_k - s.seq_q), 0, s.seq_q);
@@ -290,12 +319,10 @@ void attention_backward(ElementType type, const AttentionShape& s, const Attenti
     for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
       for (int64_t i0 = (first_q / kBlockQ) * kBlockQ; i0 < s.seq_q; i0 += kBlockQ) {
         blk.load(type, s, opts.causal, q, o, d_o, lse, dlse, b, h, i0);
-        std::fill(dk_part.begin(), dk_part.end(), 0.0f);
-        std::fill(dv_part.begin(), dv_part.end(), 0.0f);
-        backward_dkdv_block(blk.q.data(), blk.d_o.data(), blk.delta.data(), blk.dlse_r.data(),
-                            blk.lse2.data(), blk.rows, kt.data(), vt.data(), cols, s.head_dim,
-                            s.head_dim_v, scale, scale_log2, blk.kend.data(), k0, dk_part.data(),
-                            dv_part.data());
+        backward_dkdv_block(blk.q.data(), blk.d_o.data(), blk.o.data(), blk.dlse_r.data(),
+                            blk.lse2.data(), blk.rows, ktt.data(), vtt.data(), cols, s.head_dim,
+                            s.head_dim_v, scale, scale_log2, blk.kend.data(), k0, p.data(),
+                            ds.data(), pt.data(), dk_part.data(), dv_part.data());
         for (size_t x = 0; x < dk_part.size(); ++x) dkt[x] += dk_part[x];
         for (size_t x = 0; x < dv_part.size(); ++x) dvt[x] += dv_part[x];
       }

@@ -52,6 +52,9 @@ inline ffi::Error decode_shape(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
   if (kd[0] != qd[0] || vd[0] != qd[0] || vd[1] != kd[1] || vd[2] != kd[2] || kd[3] != qd[3])
     return invalid("inconsistent shapes q " + dims_string(qd) + ", k " + dims_string(kd) +
                    ", v " + dims_string(vd));
+  if (s->head_dim < 1 || s->head_dim > 256 || s->head_dim_v < 1 || s->head_dim_v > 256)
+    return invalid("head dims must be in 1..256; got q/k " + std::to_string(s->head_dim) +
+                   ", v " + std::to_string(s->head_dim_v));
   if (s->heads_kv <= 0 || s->heads_q % s->heads_kv != 0)
     return invalid("heads_q must be a positive multiple of heads_kv; got " +
                    std::to_string(s->heads_q) + " and " + std::to_string(s->heads_kv));

@@ -23,7 +23,10 @@ nb::dict Registrations() {
   nb::dict cuda;
 #ifdef JAX_FA4_WITH_CUDA
   cuda["jax_fa4_fwd_cuda"] = EncapsulateFfiHandler(Fa4FwdCuda);
-  cuda["jax_fa4_bwd_cuda"] = EncapsulateFfiHandler(Fa4BwdCuda);
+  // Fa4BwdCuda is built but not registered yet: its kernels pass the standalone check on an H200,
+  // but its float32 workspace comes from XLA's FFI ScratchAllocator, which refused even 34 KB there
+  // (RESOURCE_EXHAUSTED). Until the workspace becomes extra outputs of the custom call, jax.grad
+  // on a GPU raises a clear NotImplementedError at trace time instead of failing at run time.
 #endif
   nb::dict out;
   out["cpu"] = cpu;

@@ -65,9 +65,10 @@ if [ "$(cat "$OUT/install.rc" 2>/dev/null)" != 0 ]; then
 fi
 grep -hE "spill" build/*/CMakeFiles/*.dir/cuda/hopper/bwd_*.log 2>/dev/null | sort | uniq -c | head -3
 
-stamp "tests/gpu/test_bwd_cuda.py"
+PYTEST_PATHS=${PYTEST_PATHS:-tests/gpu/test_bwd_cuda.py}
+stamp "pytest $PYTEST_PATHS"
 FA4_WORST_RATIO_FILE=$OUT/worst_ratio.txt timeout "$(cap 170 100)" \
-  pytest -q -n 8 -p no:cacheprovider tests/gpu/test_bwd_cuda.py > "$OUT/pytest_bwd.txt" 2>&1
+  pytest -q -n 8 -p no:cacheprovider $PYTEST_PATHS > "$OUT/pytest_bwd.txt" 2>&1
 stamp "pytest rc=$?"
 tail -25 "$OUT/pytest_bwd.txt"
 

@@ -20,9 +20,18 @@ from tolerance import WORST, assert_close_by_rule, random_qkv
 import jax_fa4
 from jax_fa4 import _ffi
 
-pytestmark = pytest.mark.skipif(
-    jax.devices()[0].platform != "gpu", reason="needs a GPU (these test the Hopper CUDA kernel)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        jax.devices()[0].platform != "gpu", reason="needs a GPU (these test the Hopper CUDA kernel)"
+    ),
+    # The handler is built but not registered (cuda/ffi/registrations.cc says why): until it is,
+    # every gradient here must fail with the trace-time NotImplementedError, and nothing else.
+    pytest.mark.xfail(
+        not _ffi.has_target("jax_fa4_bwd_cuda", "cuda"),
+        reason="jax_fa4_bwd_cuda not registered yet (workspace must become custom-call outputs)",
+        raises=NotImplementedError,
+    ),
+]
 
 HEAD_DIMS = [64, 128, 256]
 DTYPES = [jnp.bfloat16, jnp.float16]
