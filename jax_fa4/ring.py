@@ -11,24 +11,24 @@ accumulators arrive at the block's owner. dQ stays local. Both directions use th
 ``(o, lse)`` as the FlashAttention backward does, so no per-step state is saved.
 
 Layouts. Without a causal mask any assignment of sequence positions to devices works (as long as
-q, k and v use the same one). With a causal mask the work of a block pair depends on where the
-blocks sit, so the layout matters:
+q, k and v use the same one). With a causal mask the mask depends on where the blocks sit, so
+``layout`` must say how the caller laid the sequence out:
 
-* ``layout="zigzag"`` (default, load balanced): cut the sequence into ``2 n`` equal chunks; device
-  ``r`` holds chunks ``r`` and ``2 n - 1 - r``, in that order. Every ring step then costs every
-  device the same: the diagonal step is one causal call on the local block, every other step one
-  full call on two stacked ``c x c`` block pairs (c = chunk length), the same program on every
-  device. :func:`to_zigzag` / :func:`from_zigzag` permute a sequence into and out of this order
-  (do it once, on token ids/positions/labels, before the model: attention is the only
-  order-sensitive layer of a transformer besides positions).
-* ``layout="contiguous"``: device ``r`` holds the ``r``-th contiguous block (what sharding a
-  natural-order array over the sequence axis gives). With a causal mask and an even local
-  length, the ring first moves the chunks into the zig-zag order itself (two ppermutes of q, k
-  and v, two of the outputs back; the backward likewise for the cotangents and gradients) and so
-  is balanced too; pre-permuted data (``layout="zigzag"``) saves those transfers. With an odd
-  local length every device computes every step's full block and masks the future ones (exact,
-  twice the balanced work). The automatic partitioning of :func:`jax_fa4.attention` under
-  ``jax.jit`` uses this layout, since a sharded natural-order array is laid out that way.
+* ``layout="contiguous"`` (default): device ``r`` holds the ``r``-th contiguous block, which is
+  what sharding a natural-order array over the sequence axis gives (``P(None, axis_name)``).
+  With a causal mask and an even local length the ring first moves the chunks into the zig-zag
+  order below itself (two ppermutes of q, k and v, two of the outputs back; the backward
+  likewise for the cotangents and gradients), so the work is balanced. With an odd local length
+  every device computes every step's full block and masks the future ones (exact, twice the
+  balanced work). The automatic partitioning of :func:`jax_fa4.attention` under ``jax.jit``
+  uses this layout.
+* ``layout="zigzag"`` (load balanced with no extra transfers): the caller cuts the sequence into
+  ``2 n`` equal chunks and gives device ``r`` chunks ``r`` and ``2 n - 1 - r``, in that order.
+  Every ring step then costs every device the same: the diagonal step is one causal call on the
+  local block, every other step one full call on two stacked ``c x c`` block pairs (c = chunk
+  length), the same program on every device. :func:`to_zigzag` / :func:`from_zigzag` permute a
+  sequence into and out of this order (do it once, on token ids/positions/labels, before the
+  model: attention is the only order-sensitive layer of a transformer besides positions).
 """
 
 from __future__ import annotations
@@ -444,7 +444,7 @@ def ring_attention(
     causal: bool = False,
     softmax_scale: float | None = None,
     return_lse: bool = False,
-    layout: str = "zigzag",
+    layout: str = "contiguous",
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Exact attention over a sequence split across the mesh axis `axis_name` (inside shard_map).
 
@@ -460,10 +460,12 @@ def ring_attention(
       softmax_scale: multiplies ``q . k``; default ``1 / sqrt(head_dim)``.
       return_lse: also return the float32 log-sum-exp ``[batch, heads_q, seq_q_local]`` over the
         whole sequence (differentiable).
-      layout: how the global sequence is laid out over the devices: ``"zigzag"`` (load-balanced:
-        device r holds chunks r and 2n-1-r of 2n; see :func:`to_zigzag`) or ``"contiguous"``
-        (device r holds block r). Only matters when ``causal``; without a mask any layout that
-        q, k and v share gives the same (permuted) result.
+      layout: how the global sequence is laid out over the devices: ``"contiguous"`` (device r
+        holds block r: a natural-order array sharded over the axis; a causal ring rebalances
+        itself with a few extra ppermutes) or ``"zigzag"`` (device r holds chunks r and 2n-1-r
+        of 2n, see :func:`to_zigzag`: balanced with no extra transfers). Only matters when
+        ``causal``; without a mask any layout that q, k and v share gives the same (permuted)
+        result. A wrong layout with ``causal`` gives a wrong mask: it cannot be detected.
 
     Returns:
       this device's ``o`` ``[batch, seq_q_local, heads_q, head_dim_v]`` (q's dtype), or

@@ -93,6 +93,18 @@ def test_zigzag_indices_layout():
     )
 
 
+def test_default_layout_is_the_natural_order():
+    """ring_attention's default layout is what sharding a natural-order array gives."""
+    q, k, v = random_qkv(jax.random.key(8), 1, 64, 64, 2, 2, 16, 16, jnp.float32)
+    sm = jax.shard_map(
+        lambda q, k, v: jax_fa4.ring_attention(q, k, v, axis_name="x", causal=True),
+        mesh=_mesh(),
+        in_specs=P(None, "x"),
+        out_specs=P(None, "x"),
+    )
+    assert _max_diff(jax.jit(sm)(q, k, v), jax_fa4.attention(q, k, v, causal=True)) < 2e-5
+
+
 def test_zigzag_needs_divisible_length():
     with pytest.raises(ValueError, match="multiple of 2 x the number of shards"):
         jax_fa4.zigzag_indices(12, 4)
@@ -260,7 +272,12 @@ def test_error_zigzag_needs_even_local_length():
     q, k, v = random_qkv(jax.random.key(7), 1, 24, 24, 2, 2, 16, 16, jnp.float32)  # 3 each
     with pytest.raises(ValueError, match="even local sequence length"):
         _in_shard_map(
-            lambda q, k, v: jax_fa4.ring_attention(q, k, v, axis_name="x", causal=True), q, k, v
+            lambda q, k, v: jax_fa4.ring_attention(
+                q, k, v, axis_name="x", causal=True, layout="zigzag"
+            ),
+            q,
+            k,
+            v,
         )
 
 
