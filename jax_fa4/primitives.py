@@ -6,8 +6,9 @@ fa4_bwd_p(q, k, v, o, lse, do, dlse) -> (dq, dk, dv)
 q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv], o/do [b, sq, hq, dv], lse/dlse float32
 [b, hq, sq]. Parameters: softmax_scale (Python float, lowered as f64) and causal (bool, i1).
 Each primitive has an abstract evaluation, a lowering per platform to an XLA FFI target
-(jax_fa4_{fwd,bwd}_{cpu,cuda}) and a batching rule that folds the vmapped axis into the kernel's
-batch (or, for the forward with only q mapped, into its heads): never a loop. Under a
+(jax_fa4_{fwd,bwd}_{cpu,cuda}; jax_fa4_bwd_cuda's custom call has a fourth result, its uint8
+device workspace, which the lowering drops) and a batching rule that folds the vmapped axis into
+the kernel's batch (or, for the forward with only q mapped, into its heads): never a loop. Under a
 multi-device jit the lowering wraps the kernel in jax_fa4.sharding's custom_partitioning; in
 shard_map, outputs vary over the union of the inputs' varying manual axes.
 """
@@ -92,8 +93,9 @@ def _check_target(name: str, platform: str) -> None:
         raise NotImplementedError(
             f"jax_fa4 has no {platform} kernel for {name!r} yet"
             + (
-                " (the Hopper backward kernel is not built yet: jax.grad of jax_fa4.attention "
-                "runs on the CPU only for now; use jax.nn.dot_product_attention to train on GPU)"
+                " (the Hopper backward kernel is built but not enabled until it passes its GPU "
+                "tests: jax.grad of jax_fa4.attention runs on the CPU only for now; use "
+                "jax.nn.dot_product_attention to train on GPU)"
                 if "bwd" in name
                 else ""
             )
@@ -112,6 +114,35 @@ def _check_sm90() -> None:
             )
 
 
+def _cuda_bwd_workspace(ctx) -> list[jax.core.ShapedArray]:
+    """The Hopper backward's float32 workspace (dQ accumulator, lse*log2e, delta'), as one uint8
+    result of its custom call; its size comes from the extension (cuda/hopper/bwd_workspace.h)."""
+    b, sq, hq, d = ctx.avals_in[0].shape
+    if not all(isinstance(x, int) for x in (b, sq, hq, d)):
+        raise NotImplementedError(
+            f"jax_fa4's CUDA backward needs static shapes (its workspace size depends on them); "
+            f"got q of shape {ctx.avals_in[0].shape}"
+        )
+    nbytes = _ffi.cuda_bwd_workspace_bytes(b, sq, hq, d)
+    return [jax.core.ShapedArray((nbytes,), jnp.uint8)]
+
+
+# Results a target writes besides the primitive's outputs (device workspace): the custom call
+# gets them after the outputs, and the lowering drops them. XLA allocates them like any output.
+_EXTRA_RESULTS = {"jax_fa4_bwd_cuda": _cuda_bwd_workspace}
+
+
+def _ffi_call(target: str, ctx, *args, **params):
+    """The custom call of `target` on this lowering's operands, with its extra results if any."""
+    extra = _EXTRA_RESULTS.get(target)
+    if extra is None:
+        return jax.ffi.ffi_lowering(target)(ctx, *args, **params)
+    n_out = len(ctx.avals_out)
+    # ffi_lowering takes the custom call's result types and layouts from ctx.avals_out.
+    call_ctx = ctx.replace(avals_out=[*ctx.avals_out, *extra(ctx)])
+    return list(jax.ffi.ffi_lowering(target)(call_ctx, *args, **params))[:n_out]
+
+
 def _lower(kind: str, platform: str):
     target = (_ffi.FWD_TARGET if kind == "fwd" else _ffi.BWD_TARGET).format(platform=platform)
 
@@ -128,7 +159,9 @@ def _lower(kind: str, platform: str):
 
         if sharding.partitions_here(ctx):
             return sharding.lower_partitioned(kind, ctx, *args, **params)
-        return jax.ffi.ffi_lowering(target)(ctx, *args, **params)
+        # Per-shard lowerings of a partitioned program come back through this rule (their
+        # context is manual, so partitions_here is False): the extra results are added there.
+        return _ffi_call(target, ctx, *args, **params)
 
     return rule
 

@@ -1,12 +1,14 @@
-// XLA FFI handler "jax_fa4_bwd_cuda": (q, k, v, o, lse, do, dlse) -> (dq, dk, dv). Decodes and
-// checks the buffers, takes the float32 workspace (dQ accumulator, lse * log2 e, delta) from XLA's
-// scratch allocator, and enqueues the Hopper backward (cuda/hopper/bwd_launch.h) on XLA's stream.
-// Every problem becomes an FFI error (the Python layer checks too, but this handler trusts nothing).
+// XLA FFI handler "jax_fa4_bwd_cuda": (q, k, v, o, lse, do, dlse) -> (dq, dk, dv, workspace).
+// Decodes and checks the buffers, splits the float32 workspace (dQ accumulator, lse * log2 e,
+// delta') out of its last result, and enqueues the Hopper backward (cuda/hopper/bwd_launch.h) on
+// XLA's stream. Every problem becomes an FFI error (the Python layer checks too, but this handler
+// trusts nothing).
 //
-// Scratch lifetime: the ScratchAllocator frees its allocations when this handler returns, while the
-// kernels are still queued. That is safe because XLA's device allocator hands memory out in stream
-// order on the compute stream (jaxlib's own FFI kernels, e.g. the cuSOLVER wrappers, use scratch
-// the same way): anything that reuses the block is enqueued after our kernels on that stream.
+// The workspace is a uint8 result of at least bwd_workspace_bytes(...) bytes
+// (cuda/hopper/bwd_workspace.h; the lowering in jax_fa4/primitives.py asks the extension for the
+// size and drops the result), not FFI scratch: XLA's ScratchAllocator refused even 34 KB on an
+// H200 (jax 0.11.2). XLA allocates it like any other output (buffer assignment, stream ordered),
+// and any base alignment works (the split aligns each sub-buffer up inside it).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -32,6 +34,7 @@ std::string dtype_str(ffi::DataType t) {
     case ffi::DataType::F16: return "float16";
     case ffi::DataType::F32: return "float32";
     case ffi::DataType::F64: return "float64";
+    case ffi::DataType::U8: return "uint8";
     default: return "dtype code " + std::to_string(static_cast<int>(t));
   }
 }
@@ -62,10 +65,10 @@ ffi::Error check_device() {
   return ffi::Error::Success();
 }
 
-ffi::Error BwdCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer q, ffi::AnyBuffer k,
-                       ffi::AnyBuffer v, ffi::AnyBuffer o, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer d_o,
-                       ffi::Buffer<ffi::F32> dlse, ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
-                       ffi::Result<ffi::AnyBuffer> dv, double softmax_scale, bool causal) {
+ffi::Error BwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, ffi::AnyBuffer o,
+                       ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer d_o, ffi::Buffer<ffi::F32> dlse,
+                       ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
+                       ffi::Result<ffi::AnyBuffer> workspace, double softmax_scale, bool causal) {
   if (ffi::Error err = check_device(); err.failure()) return err;
 
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
@@ -118,15 +121,22 @@ ffi::Error BwdCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::
                             sk,                 hq,                  hkv,               d,
                             t == ffi::DataType::BF16 ? fa4::hopper::BwdDtype::kBf16 : fa4::hopper::BwdDtype::kF16,
                             scale,              causal};
+  // The workspace result: uint8 [n] with n >= bwd_workspace_bytes(p); its base may have any
+  // alignment (bwd_workspace_from aligns each sub-buffer up inside it).
+  const size_t ws_need = fa4::hopper::bwd_workspace_bytes(p);
+  const auto wsd = workspace->dimensions();
+  if (workspace->element_type() != ffi::DataType::U8 || wsd.size() != 1)
+    return ffi::Error::InvalidArgument("the workspace (4th result) must be a rank-1 uint8 buffer; got " +
+                                       dtype_str(workspace->element_type()) + " " + dims_str(wsd));
+  if (workspace->size_bytes() < ws_need)
+    return ffi::Error::InvalidArgument("the workspace (4th result) has " + std::to_string(workspace->size_bytes()) +
+                                       " bytes; this problem needs " + std::to_string(ws_need) +
+                                       " (cuda_bwd_workspace_bytes)");
   fa4::hopper::BwdWorkspace ws{nullptr, nullptr, nullptr};
   if (b > 0 && sq > 0 && hq > 0) {
-    const size_t bytes = fa4::hopper::bwd_workspace_bytes(p);
-    std::optional<void*> mem = scratch.Allocate(bytes, 256);
-    if (!mem.has_value() || *mem == nullptr)
-      return ffi::Error(ffi::ErrorCode::kResourceExhausted,
-                        "jax_fa4 backward: cannot allocate " + std::to_string(bytes) +
-                            " bytes of float32 scratch (dQ accumulator, lse, delta)");
-    ws = fa4::hopper::bwd_workspace_from(*mem, p);
+    if (workspace->untyped_data() == nullptr)
+      return ffi::Error::InvalidArgument("the workspace (4th result) has no device memory");
+    ws = fa4::hopper::bwd_workspace_from(workspace->untyped_data(), p);
   }
   std::string err = fa4::hopper::launch_bwd(p, ws, stream);
   if (!err.empty()) return ffi::Error::Internal("jax_fa4 backward: " + err);
@@ -138,7 +148,6 @@ ffi::Error BwdCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Fa4BwdCuda, BwdCudaImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<ffi::ScratchAllocator>()  // float32 dQ accumulator, lse2, delta
                                   .Arg<ffi::AnyBuffer>()         // q [b, sq, hq, d]
                                   .Arg<ffi::AnyBuffer>()         // k [b, sk, hkv, d]
                                   .Arg<ffi::AnyBuffer>()         // v [b, sk, hkv, d]
@@ -149,5 +158,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Fa4BwdCuda, BwdCudaImpl,
                                   .Ret<ffi::AnyBuffer>()         // dq [b, sq, hq, d]
                                   .Ret<ffi::AnyBuffer>()         // dk [b, sk, hkv, d]
                                   .Ret<ffi::AnyBuffer>()         // dv [b, sk, hkv, d]
+                                  .Ret<ffi::AnyBuffer>()         // workspace: uint8 [>= bwd_workspace_bytes]
                                   .Attr<double>("softmax_scale")
                                   .Attr<bool>("causal"));

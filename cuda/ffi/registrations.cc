@@ -1,9 +1,13 @@
 // The one Python extension: hands every FFI handler to jax_fa4/_ffi.py, keyed by platform.
 #include <nanobind/nanobind.h>
 
+#include <cstdint>
 #include <type_traits>
 
 #include "ffi/handlers.h"
+#ifdef JAX_FA4_WITH_CUDA
+#include "hopper/bwd_workspace.h"
+#endif
 
 namespace nb = nanobind;
 
@@ -21,16 +25,21 @@ nb::dict Registrations() {
   cpu["jax_fa4_fwd_cpu"] = EncapsulateFfiHandler(Fa4FwdCpu);
   cpu["jax_fa4_bwd_cpu"] = EncapsulateFfiHandler(Fa4BwdCpu);
   nb::dict cuda;
+  nb::dict cuda_unverified;
 #ifdef JAX_FA4_WITH_CUDA
   cuda["jax_fa4_fwd_cuda"] = EncapsulateFfiHandler(Fa4FwdCuda);
-  // Fa4BwdCuda is built but not registered yet: its kernels pass the standalone check on an H200,
-  // but its float32 workspace comes from XLA's FFI ScratchAllocator, which refused even 34 KB there
-  // (RESOURCE_EXHAUSTED). Until the workspace becomes extra outputs of the custom call, jax.grad
-  // on a GPU raises a clear NotImplementedError at trace time instead of failing at run time.
+  // Fa4BwdCuda is not enabled by default yet. Its kernels passed the standalone check on an H200,
+  // but through JAX it failed: its workspace came from XLA's FFI ScratchAllocator, which refused
+  // even 34 KB there. The workspace is now an extra uint8 result of the custom call, which has not
+  // run on a GPU yet. jax_fa4/_ffi.py registers "cuda_unverified" only under
+  // JAX_FA4_UNVERIFIED_CUDA_BWD=1 (for tests/gpu/test_bwd_cuda.py); otherwise jax.grad on a GPU
+  // raises a clear NotImplementedError at trace time. Once the GPU tests pass, move it into "cuda".
+  cuda_unverified["jax_fa4_bwd_cuda"] = EncapsulateFfiHandler(Fa4BwdCuda);
 #endif
   nb::dict out;
   out["cpu"] = cpu;
   out["cuda"] = cuda;
+  out["cuda_unverified"] = cuda_unverified;
   return out;
 }
 
@@ -39,9 +48,19 @@ nb::dict Registrations() {
 NB_MODULE(_jax_fa4_ext, m) {
   m.doc() = "jax_fa4 XLA FFI handlers (CPU always, Hopper CUDA when built with nvcc)";
   m.def("registrations", &Registrations,
-        "{platform: {target_name: capsule}} for jax.ffi.register_ffi_target");
+        "{platform: {target_name: capsule}} for jax.ffi.register_ffi_target; 'cuda_unverified' holds "
+        "CUDA targets that jax_fa4/_ffi.py registers only on request (JAX_FA4_UNVERIFIED_CUDA_BWD=1)");
 #ifdef JAX_FA4_WITH_CUDA
   m.attr("built_with_cuda") = true;
+  m.def(
+      "cuda_bwd_workspace_bytes",
+      [](int64_t batch, int64_t seq_q, int64_t heads_q, int64_t head_dim) -> int64_t {
+        if (batch < 0 || seq_q < 0 || heads_q < 0 || head_dim < 0)
+          throw nb::value_error("cuda_bwd_workspace_bytes: dimensions must be non-negative");
+        return static_cast<int64_t>(fa4::hopper::bwd_workspace_bytes(batch, seq_q, heads_q, head_dim));
+      },
+      nb::arg("batch"), nb::arg("seq_q"), nb::arg("heads_q"), nb::arg("head_dim"),
+      "Bytes of the uint8 workspace result of jax_fa4_bwd_cuda (cuda/hopper/bwd_workspace.h)");
 #else
   m.attr("built_with_cuda") = false;
 #endif

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "hopper/bwd_workspace.h"
+
 namespace fa4::hopper {
 
 enum class BwdDtype { kBf16, kF16 };
@@ -30,33 +32,15 @@ struct BwdProblem {
   bool causal;
 };
 
-// Scratch the backward needs on the device, all float32, rows padded to bwd_seq_q_pad(seq_q):
-// dq_accum [batch, heads_q, pad, head_dim], lse2 and delta [batch, heads_q, pad].
-struct BwdWorkspace {
-  float* dq_accum;
-  float* lse2;
-  float* delta;
-};
-
-// Query rows rounded up to a whole number of every config's block_m (and 128-byte vectors).
-inline int64_t bwd_seq_q_pad(int64_t seq_q) { return (seq_q + 127) / 128 * 128; }
-
-// Bytes of one allocation holding the whole workspace (256-byte aligned sub-buffers).
+// The workspace (BwdWorkspace, bwd_seq_q_pad, the size and the split) is in bwd_workspace.h, which
+// the host-only nanobind module includes too; these overloads take the problem.
 inline size_t bwd_workspace_bytes(const BwdProblem& p) {
-  const size_t rows = size_t(p.batch) * size_t(p.heads_q) * size_t(bwd_seq_q_pad(p.seq_q));
-  return rows * size_t(p.head_dim) * 4 + 2 * rows * 4 + 512;
+  return bwd_workspace_bytes(p.batch, p.seq_q, p.heads_q, p.head_dim);
 }
 
-// Splits one allocation of bwd_workspace_bytes(p) bytes (256-byte aligned) into the workspace.
+// Splits one allocation of at least bwd_workspace_bytes(p) bytes (any alignment) into the workspace.
 inline BwdWorkspace bwd_workspace_from(void* base, const BwdProblem& p) {
-  const size_t rows = size_t(p.batch) * size_t(p.heads_q) * size_t(bwd_seq_q_pad(p.seq_q));
-  auto up = [](size_t x) { return (x + 255) / 256 * 256; };
-  char* b = static_cast<char*>(base);
-  BwdWorkspace ws;
-  ws.dq_accum = reinterpret_cast<float*>(b);
-  ws.lse2 = reinterpret_cast<float*>(b + up(rows * size_t(p.head_dim) * 4));
-  ws.delta = reinterpret_cast<float*>(b + up(rows * size_t(p.head_dim) * 4) + up(rows * 4));
-  return ws;
+  return bwd_workspace_from(base, p.batch, p.seq_q, p.heads_q, p.head_dim);
 }
 
 // Validates the problem and enqueues the backward on `stream` (dq_accum zeroing, preprocess, main

@@ -1,0 +1,139 @@
+"""The Hopper backward's custom call, as lowered for CUDA (no GPU needed: jax.export for "cuda").
+
+jax_fa4_bwd_cuda takes its float32 workspace as a 4th, uint8 result of the custom call (sized by
+the extension's cuda_bwd_workspace_bytes, the C++ formula the handler checks against), which the
+lowering drops. The target is registered only under JAX_FA4_UNVERIFIED_CUDA_BWD=1 until the GPU
+tests pass (jax_fa4/_ffi.py), and the gate is read at import, so each case runs in a fresh
+interpreter with the variable set or removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from jax_fa4 import _ffi
+
+pytestmark = pytest.mark.skipif(
+    not _ffi.built_with_cuda(), reason="this build has no CUDA kernels (no nvcc at install)"
+)
+
+# b, sq, sk, hq, hkv, d: GQA, seq_q != seq_k, seq_q not a multiple of the 128-row padding.
+SHAPE = (2, 100, 70, 4, 2, 64)
+
+_SCRIPT = textwrap.dedent(
+    """
+    import json, re, sys
+    import jax, jax.numpy as jnp
+    from jax import export
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    import jax_fa4
+    from jax_fa4 import _ffi
+
+    b, sq, sk, hq, hkv, d = SHAPE
+    q = jax.ShapeDtypeStruct((b, sq, hq, d), jnp.bfloat16)
+    k = jax.ShapeDtypeStruct((b, sk, hkv, d), jnp.bfloat16)
+
+    def loss(q, k, v):
+        return jnp.sum(jax_fa4.attention(q, k, v, causal=True).astype(jnp.float32) ** 2)
+
+    grad = jax.grad(loss, argnums=(0, 1, 2))
+
+    def bwd_calls(fn, *args):
+        exported = export.export(
+            jax.jit(fn),
+            platforms=["cuda"],
+            disabled_checks=[
+                export.DisabledSafetyCheck.custom_call(f"jax_fa4_{kind}_cuda")
+                for kind in ("fwd", "bwd")
+            ],
+        )(*args)
+        lines = [l for l in exported.mlir_module().splitlines() if "@jax_fa4_bwd_cuda(" in l]
+        return [re.findall(r"tensor<([^>]*)>", l.rsplit(") -> (", 1)[1]) for l in lines]
+
+    out = {"has_target": _ffi.has_target("jax_fa4_bwd_cuda", "cuda")}
+    try:
+        out["jit"] = bwd_calls(grad, q, k, k)
+        stack = lambda s: jax.ShapeDtypeStruct((3, *s.shape), s.dtype)
+        out["vmap"] = bwd_calls(jax.vmap(grad), stack(q), stack(k), stack(k))
+        # shard_map: the per-shard lowering goes through the same rule (as do the per-shard
+        # lowerings of jax_fa4.sharding's custom_partitioning, also in a manual axis context).
+        mesh = jax.make_mesh((2,), ("b",), devices=jax.devices()[:2])
+        sharding = NamedSharding(mesh, P("b"))
+        shard = lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding)
+        sm = jax.shard_map(grad, mesh=mesh, in_specs=P("b"), out_specs=P("b"))
+        out["shard_map"] = bwd_calls(sm, shard(q), shard(k), shard(k))
+    except NotImplementedError as err:
+        out["error"] = str(err)
+    print("RESULT " + json.dumps(out))
+    """
+)
+
+
+def _run(gate: bool) -> dict:
+    env = dict(os.environ)
+    env.pop(_ffi.UNVERIFIED_CUDA_BWD_ENV, None)
+    if gate:
+        env[_ffi.UNVERIFIED_CUDA_BWD_ENV] = "1"
+    if "xla_force_host_platform_device_count" not in env.get("XLA_FLAGS", ""):
+        env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+    proc = subprocess.run(
+        [sys.executable, "-c", f"SHAPE = {SHAPE!r}\n" + _SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout + proc.stderr
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def _workspace_elems(types: list[str]) -> int:
+    m = re.fullmatch(r"(\d+)xui8", types[-1])
+    assert m, f"the last result of jax_fa4_bwd_cuda is not a rank-1 uint8 buffer: {types}"
+    return int(m.group(1))
+
+
+def test_gated_cuda_backward_has_a_workspace_result_of_the_extensions_size():
+    out = _run(gate=True)
+    assert out["has_target"] is True
+    assert "error" not in out, out.get("error")
+    b, sq, sk, hq, hkv, d = SHAPE
+    for case, batch in (("jit", b), ("vmap", 3 * b), ("shard_map", b // 2)):
+        calls = out[case]
+        assert len(calls) == 1, (case, calls)
+        types = calls[0]
+        assert types[:3] == [
+            f"{batch}x{sq}x{hq}x{d}xbf16",
+            f"{batch}x{sk}x{hkv}x{d}xbf16",
+            f"{batch}x{sk}x{hkv}x{d}xbf16",
+        ], (case, types)
+        assert len(types) == 4, (case, types)
+        nbytes = _workspace_elems(types)
+        assert nbytes == _ffi.cuda_bwd_workspace_bytes(batch, sq, hq, d), case
+        # At least the float32 dQ accumulator, lse*log2e and delta' of the unpadded rows.
+        assert nbytes >= 4 * batch * hq * sq * (d + 2), case
+
+
+def test_cuda_backward_without_the_gate_is_a_trace_time_error():
+    out = _run(gate=False)
+    assert out["has_target"] is False
+    assert "built but not enabled" in out.get("error", ""), out
+
+
+def test_workspace_bytes_come_from_the_extension():
+    small = _ffi.cuda_bwd_workspace_bytes(1, 1, 1, 64)
+    assert small >= 4 * (64 + 2)
+    # Padded to whole 128-row blocks: 1 and 128 query rows need the same workspace.
+    assert _ffi.cuda_bwd_workspace_bytes(1, 128, 1, 64) == small
+    assert _ffi.cuda_bwd_workspace_bytes(1, 129, 1, 64) > small
+    assert _ffi.cuda_bwd_workspace_bytes(0, 0, 0, 64) >= 0
+    with pytest.raises(ValueError, match="non-negative"):
+        _ffi.cuda_bwd_workspace_bytes(-1, 1, 1, 64)
