@@ -14,6 +14,8 @@
 #include <cmath>
 #include <string>
 
+#include "ffi/cuda_device.h"
+#include "ffi/ffi_text.h"
 #include "ffi/handlers.h"
 #include "hopper/bwd_launch.h"
 #include "xla/ffi/api/ffi.h"
@@ -22,22 +24,8 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-std::string dims_str(ffi::AnyBuffer::Dimensions d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
-
-std::string dtype_str(ffi::DataType t) {
-  switch (t) {
-    case ffi::DataType::BF16: return "bfloat16";
-    case ffi::DataType::F16: return "float16";
-    case ffi::DataType::F32: return "float32";
-    case ffi::DataType::F64: return "float64";
-    case ffi::DataType::U8: return "uint8";
-    default: return "dtype code " + std::to_string(static_cast<int>(t));
-  }
-}
+using jax_fa4::ffi_text::dims_str;
+using jax_fa4::ffi_text::dtype_str;
 
 bool same_dims(ffi::AnyBuffer::Dimensions d, std::initializer_list<int64_t> want) {
   if (d.size() != want.size()) return false;
@@ -48,28 +36,11 @@ bool same_dims(ffi::AnyBuffer::Dimensions d, std::initializer_list<int64_t> want
   return true;
 }
 
-ffi::Error check_device() {
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return ffi::Error::Internal(std::string("cudaGetDevice: ") + cudaGetErrorString(e));
-  int major = 0, minor = 0;
-  e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  if (e != cudaSuccess) return ffi::Error::Internal(std::string("cudaDeviceGetAttribute: ") + cudaGetErrorString(e));
-  if (major != 9 || minor != 0) {
-    return ffi::Error(ffi::ErrorCode::kUnimplemented,
-                      "jax_fa4's CUDA kernels need a Hopper GPU (compute capability 9.0, sm_90a); device " +
-                          std::to_string(dev) + " is compute capability " + std::to_string(major) + "." +
-                          std::to_string(minor));
-  }
-  return ffi::Error::Success();
-}
-
 ffi::Error BwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, ffi::AnyBuffer o,
                        ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer d_o, ffi::Buffer<ffi::F32> dlse,
                        ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
                        ffi::Result<ffi::AnyBuffer> workspace, double softmax_scale, bool causal) {
-  if (ffi::Error err = check_device(); err.failure()) return err;
+  if (ffi::Error err = jax_fa4::check_hopper_device(); err.failure()) return err;
 
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
   if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4)

@@ -6,17 +6,14 @@
 #include <string>
 
 #include "cpu/attention_cpu.h"
+#include "ffi/ffi_text.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_fa4::ffi_cpu {
 
 namespace ffi = xla::ffi;
 
-inline std::string dims_string(ffi::Span<const int64_t> dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + "]";
-}
+using ffi_text::dims_str;
 
 inline std::optional<cpu::ElementType> element_type(ffi::DataType t) {
   switch (t) {
@@ -42,7 +39,7 @@ inline ffi::Error decode_shape(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
   if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4)
     return invalid("q, k, v must have rank 4 [batch, seq, heads, head_dim]; got q " +
-                   dims_string(qd) + ", k " + dims_string(kd) + ", v " + dims_string(vd));
+                   dims_str(qd) + ", k " + dims_str(kd) + ", v " + dims_str(vd));
   if (q.element_type() != k.element_type() || q.element_type() != v.element_type())
     return invalid("q, k and v must share one dtype");
   auto t = element_type(q.element_type());
@@ -50,8 +47,8 @@ inline ffi::Error decode_shape(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
   *type = *t;
   *s = cpu::AttentionShape{qd[0], qd[1], kd[1], qd[2], kd[2], qd[3], vd[3]};
   if (kd[0] != qd[0] || vd[0] != qd[0] || vd[1] != kd[1] || vd[2] != kd[2] || kd[3] != qd[3])
-    return invalid("inconsistent shapes q " + dims_string(qd) + ", k " + dims_string(kd) +
-                   ", v " + dims_string(vd));
+    return invalid("inconsistent shapes q " + dims_str(qd) + ", k " + dims_str(kd) +
+                   ", v " + dims_str(vd));
   if (s->head_dim < 1 || s->head_dim > 256 || s->head_dim_v < 1 || s->head_dim_v > 256)
     return invalid("head dims must be in 1..256; got q/k " + std::to_string(s->head_dim) +
                    ", v " + std::to_string(s->head_dim_v));
@@ -70,7 +67,7 @@ inline ffi::Error check_dims(const char* name, ffi::Span<const int64_t> got,
     std::string w = "[";
     i = 0;
     for (int64_t x : want) w += (i++ ? ", " : "") + std::to_string(x);
-    return invalid(std::string(name) + " has shape " + dims_string(got) + ", expected " + w +
+    return invalid(std::string(name) + " has shape " + dims_str(got) + ", expected " + w +
                    "]");
   }
   return ffi::Error::Success();

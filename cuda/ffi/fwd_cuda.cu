@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "ffi/cuda_device.h"
+#include "ffi/ffi_text.h"
 #include "ffi/handlers.h"
 #include "hopper/fwd_launch.h"
 #include "xla/ffi/api/ffi.h"
@@ -13,44 +15,13 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-std::string dims_str(ffi::AnyBuffer::Dimensions d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
-
-std::string dtype_str(ffi::DataType t) {
-  switch (t) {
-    case ffi::DataType::BF16: return "bfloat16";
-    case ffi::DataType::F16: return "float16";
-    case ffi::DataType::F32: return "float32";
-    case ffi::DataType::F64: return "float64";
-    default: return "dtype code " + std::to_string(static_cast<int>(t));
-  }
-}
-
-// Compute capability 9.0 is checked once per device (the answer cannot change).
-ffi::Error check_device() {
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return ffi::Error::Internal(std::string("cudaGetDevice: ") + cudaGetErrorString(e));
-  int major = 0, minor = 0;
-  e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  if (e != cudaSuccess) return ffi::Error::Internal(std::string("cudaDeviceGetAttribute: ") + cudaGetErrorString(e));
-  if (major != 9 || minor != 0) {
-    return ffi::Error(ffi::ErrorCode::kUnimplemented,
-                      "jax_fa4's CUDA kernels need a Hopper GPU (compute capability 9.0, sm_90a); device " +
-                          std::to_string(dev) + " is compute capability " + std::to_string(major) + "." +
-                          std::to_string(minor));
-  }
-  return ffi::Error::Success();
-}
+using jax_fa4::ffi_text::dims_str;
+using jax_fa4::ffi_text::dtype_str;
 
 ffi::Error FwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                        ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse,
                        double softmax_scale, bool causal) {
-  if (ffi::Error err = check_device(); err.failure()) return err;
+  if (ffi::Error err = jax_fa4::check_hopper_device(); err.failure()) return err;
 
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions(), od = o->dimensions();
   const auto ld = lse->dimensions();

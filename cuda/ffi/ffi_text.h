@@ -1,0 +1,27 @@
+// How the handlers name shapes and dtypes in their error messages (CPU and CUDA alike).
+#pragma once
+
+#include <string>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_fa4::ffi_text {
+
+inline std::string dims_str(xla::ffi::Span<const int64_t> d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+inline std::string dtype_str(xla::ffi::DataType t) {
+  switch (t) {
+    case xla::ffi::DataType::BF16: return "bfloat16";
+    case xla::ffi::DataType::F16: return "float16";
+    case xla::ffi::DataType::F32: return "float32";
+    case xla::ffi::DataType::F64: return "float64";
+    case xla::ffi::DataType::U8: return "uint8";
+    default: return "dtype code " + std::to_string(static_cast<int>(t));
+  }
+}
+
+}  // namespace jax_fa4::ffi_text
