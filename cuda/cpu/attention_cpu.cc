@@ -21,7 +21,8 @@ namespace jax_fa4::cpu {
 namespace {
 
 constexpr int64_t kBlockQ = 64;
-constexpr int64_t kBlockK = 128;
+// 64 keys: K^T [head_dim][64] of head dim 128 stays in L1 (128 keys ran 1.5x slower there).
+constexpr int64_t kBlockK = 64;
 constexpr int64_t kMaxHeadDim = 256;  // the Python layer and the handlers reject larger
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
