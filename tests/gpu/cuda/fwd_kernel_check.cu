@@ -17,40 +17,10 @@
 #include <vector>
 
 #include "hopper/fwd_launch.h"
+#include "check_util.h"
 
 using fa4::hopper::FwdDtype;
 using fa4::hopper::FwdProblem;
-
-#define CHECK_CUDA(x)                                                                    \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                      \
-    }                                                                                    \
-  } while (0)
-
-static uint16_t to_bits(float x, bool bf16) {
-  uint16_t b;
-  if (bf16) {
-    __nv_bfloat16 h = __float2bfloat16(x);
-    std::memcpy(&b, &h, 2);
-  } else {
-    __half h = __float2half(x);
-    std::memcpy(&b, &h, 2);
-  }
-  return b;
-}
-static float from_bits(uint16_t b, bool bf16) {
-  if (bf16) {
-    __nv_bfloat16 h;
-    std::memcpy(&h, &b, 2);
-    return __bfloat162float(h);
-  }
-  __half h;
-  std::memcpy(&h, &b, 2);
-  return __half2float(h);
-}
 
 struct Case {
   int b, sq, sk, hq, hkv, d;

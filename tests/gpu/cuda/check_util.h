@@ -1,0 +1,45 @@
+// Helpers shared by the standalone kernel checks: abort on a CUDA error, and the 16-bit storage
+// conversions (the device's own intrinsics, so host rounding matches what the kernels read).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+// Exit code 2 on a CUDA error: the run scripts read it as "the kernel faulted", not "wrong numbers".
+#define CHECK_CUDA(x)                                                                      \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(2);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+static inline uint16_t to_bits(float x, bool bf16) {
+  uint16_t b;
+  if (bf16) {
+    __nv_bfloat16 h = __float2bfloat16(x);
+    std::memcpy(&b, &h, 2);
+  } else {
+    __half h = __float2half(x);
+    std::memcpy(&b, &h, 2);
+  }
+  return b;
+}
+
+static inline float from_bits(uint16_t b, bool bf16) {
+  if (bf16) {
+    __nv_bfloat16 h;
+    std::memcpy(&h, &b, 2);
+    return __bfloat162float(h);
+  }
+  __half h;
+  std::memcpy(&h, &b, 2);
+  return __half2float(h);
+}
