@@ -12,13 +12,27 @@
 //     through shared memory (the SS wgmma).
 //   dQ = dS K: the block_m x head_dim tile is cut into dq_row_slices() x dq_col_slices() pieces
 //     of 64 x dq_cols(), one per warpgroup, added to a float32 accumulator in global memory.
+//
+// Variants (bwd v2, NOTES.md), compile-time flags; variant number = bit 0 PipelineScores +
+// bit 1 DqViaTma (BwdConfig<HeadDim, Variant>):
+//   PipelineScores: step t+1's S^T = K Q^T is issued right after step t's dQ wgmma, before the
+//     dQ wait and the dQ adds, and dP^T of t+1 right after the adds, so the tensor cores have
+//     queued work while the consumers add dQ (v1 issued both only at the top of the next step).
+//   DqViaTma: the consumers write their dQ piece to a float32 shared-memory tile (in accumulator
+//     fragment order, conflict-free) and warp 1 of the producer warpgroup adds the whole tile to
+//     dq_accum with one 1-D bulk reduce-add (cp.reduce.async.bulk .add.f32) per step; dq_accum
+//     then holds each block_m x head_dim tile in that fragment order (dq_accum_offset) and the
+//     postprocess reads it so. Not at hd256 (no shared memory left for a 64 KB tile).
 #pragma once
 #include <cstdint>
 
 namespace fa4::hopper {
 
-template <int HeadDim, int BlockM, int BlockN, int ProducerRegs, int ConsumerRegs, int DqPieces = 1>
+template <int HeadDim, int BlockM, int BlockN, int ProducerRegs, int ConsumerRegs, int DqPieces = 1,
+          bool PipelineScores = false, bool DqViaTma = false>
 struct BwdTile {
+  static constexpr bool pipeline_scores() { return PipelineScores; }
+  static constexpr bool dq_via_tma() { return DqViaTma; }
   static constexpr int head_dim() { return HeadDim; }
   static constexpr int block_m() { return BlockM; }  // query rows per main-loop step
   static constexpr int block_n() { return BlockN; }  // key rows per CTA
@@ -58,9 +72,12 @@ struct BwdTile {
   static constexpr uint32_t do_offset() { return q_offset() + q_stages() * q_tile_bytes(); }
   static constexpr uint32_t ds_offset() { return do_offset() + q_stages() * q_tile_bytes(); }
   static constexpr uint32_t p_offset() { return ds_offset() + pds_stages() * pds_tile_bytes(); }
-  static constexpr uint32_t lse_offset() {
+  static constexpr uint32_t dq_offset() {
     return p_offset() + (pds_in_registers() ? 0 : pds_stages() * pds_tile_bytes());
   }
+  // DqViaTma: one float32 block_m x head_dim dQ tile, in dq_accum's fragment order.
+  static constexpr uint32_t dq_tile_bytes() { return uint32_t(BlockM) * HeadDim * 4; }
+  static constexpr uint32_t lse_offset() { return dq_offset() + (DqViaTma ? dq_tile_bytes() : 0); }
   static constexpr uint32_t delta_offset() { return lse_offset() + q_stages() * vec_bytes(); }
   static constexpr uint32_t barrier_offset() { return delta_offset() + q_stages() * vec_bytes(); }
   // kv_full, then the Q ring's full[q_stages][1] + empty[q_stages], then the dO ring's.
@@ -87,27 +104,55 @@ struct BwdTile {
                     ConsumerRegs % 8 == 0,
                 "register split must fit 64K registers per SM (in units of 128 threads)");
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
+  static_assert(!DqViaTma || DqPieces == 1, "the dQ tile is staged in one piece per warpgroup");
+  static_assert(!DqViaTma || (dq_offset() % 1024 == 0 && dq_tile_bytes() % 16 == 0), "bulk copy alignment");
+
+  // DqViaTma: float offset inside dq_accum's block_m x head_dim tile of query block m (the tile
+  // itself sits where the row-major one would, at row m * block_m) of the element of accumulator
+  // register k (k = 4j + 2i + e, the PTX wgmma D fragment) of thread t of warpgroup c: the tile
+  // is the two warpgroups' pieces one after the other, each piece float pairs (k / 2) major,
+  // thread minor, so a warp's 8-byte stores cover 256 contiguous bytes.
+  static constexpr int dq_frag_offset(int c, int t, int k) {
+    return c * 64 * dq_cols() + 2 * ((k / 2) * 128 + t) + k % 2;
+  }
+  // The inverse for the postprocess: offset of (row, col) of the tile, col % 8 == 0; the 8
+  // columns col .. col + 7 of a row are 8 contiguous floats there.
+  static constexpr int dq_accum_offset(int row, int col) {
+    const int qs = row / 64, ds = col / dq_cols();
+    const int c = qs + ds * dq_row_slices();  // the warpgroup of bwd_consumer's (qs, ds) split
+    const int rin = row % 64, cin = col % dq_cols();
+    const int t = 32 * (rin / 16) + 4 * (rin % 8);  // lane % 4 = 0: column 8j
+    const int k = 4 * (cin / 8) + 2 * ((rin % 16) / 8);
+    return dq_frag_offset(c, t, k);
+  }
 };
 
-template <int HeadDim>
+// The variant the library (bwd_hd*.cu) builds; the standalone harness builds the others too.
+constexpr int kBwdDefaultVariant = 0;
+
+template <int HeadDim, int Variant = kBwdDefaultVariant>
 struct BwdConfig;
 
 // hd64 (FA3's 128 x 128): S^T slices are 64 x 128 (64 accumulator registers each for S and dP),
 // dK/dV 64 x 64 per warpgroup, dQ split by query rows.
-template <>
-struct BwdConfig<64> : BwdTile</*HeadDim=*/64, /*BlockM=*/128, /*BlockN=*/128, /*ProducerRegs=*/24,
-                                /*ConsumerRegs=*/240> {};
+template <int V>
+struct BwdConfig<64, V> : BwdTile</*HeadDim=*/64, /*BlockM=*/128, /*BlockN=*/128, /*ProducerRegs=*/24,
+                                   /*ConsumerRegs=*/240, /*DqPieces=*/1, (V & 1) != 0, (V & 2) != 0> {};
 
 // hd128 (FA3's causal 64 x 128): dK and dV 64 x 128 per warpgroup (64 + 64 registers), S and dP
 // 64 x 64 (32 + 32), dQ split by head-dim columns.
-template <>
-struct BwdConfig<128> : BwdTile<128, 64, 128, 24, 240> {};
+template <int V>
+struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 2) != 0> {};
 
 // hd256: a warpgroup cannot hold 64 x 256 of both dK and dV, so the two warpgroups share 64 key
 // rows and split the head dim (dK, dV: 64 x 128 each, 128 registers); P^T and dS^T go through
 // shared memory. dQ is 64 x 128 per warpgroup (64 registers): 0 spills in one piece; DqPieces = 2
 // would hold only 32 of them at a time if a change ever makes it spill.
-template <>
-struct BwdConfig<256> : BwdTile<256, 64, 64, 24, 240, /*DqPieces=*/1> {};
+// No DqViaTma variant (231 KB of shared memory already): Variant 2 and 3 are not instantiated.
+// PipelineScores keeps S^T of the next step in flight beside dQ: dQ in 2 pieces of 32 registers.
+template <int V>
+struct BwdConfig<256, V> : BwdTile<256, 64, 64, 24, 240, /*DqPieces=*/(V & 1) ? 2 : 1, (V & 1) != 0, false> {
+  static_assert((V & 2) == 0, "hd256 has no DqViaTma variant");
+};
 
 }  // namespace fa4::hopper

@@ -76,6 +76,11 @@ template <> struct BwdMmaTag<__half> { using type = F16; };
 // are in shared memory.
 constexpr uint32_t kBwdBarPds = 1;
 constexpr uint32_t kBwdConsumerThreads = 256;
+// DqViaTma: the shared dQ tile's full (consumers arrive, writer warp syncs) and empty (writer
+// arrives, consumers sync) barriers, both counting the two consumer warpgroups + the writer warp.
+constexpr uint32_t kBwdBarDqFull = 2;
+constexpr uint32_t kBwdBarDqEmpty = 3;
+constexpr uint32_t kBwdDqBarrierThreads = kBwdConsumerThreads + 32;
 
 template <class T>
 __device__ __forceinline__ uint32_t bwd_pack2(float lo, float hi) {
@@ -258,6 +263,120 @@ __device__ __forceinline__ void store_dkv(void* out, const float (&acc)[Cfg::dkv
   }
 }
 
+// One step's S^T (X = K, Y = Q) or dP^T (X = V, Y = dO) slice from the ring's current stage: waits
+// for the stage's full barrier, issues and commits one wgmma group. Fenced before the issue: a
+// wait loop (and, pipelined, ordinary code) sits between it and the previous group. wait = false
+// (pipelined, after the last step only): no barrier wait, the product of whatever the stage holds
+// is computed and never read -- so the issue is unconditional and ptxas sees the same wgmma
+// groups in flight at every loop back edge (a conditional issue made it serialize the pipeline,
+// C7515/C7517, and spill). Nothing writes that stage any more: the producer has finished.
+template <class T, class Cfg, class Ring>
+__device__ __forceinline__ void issue_st_step(float (&st)[Cfg::s_cols() / 2], Ring& q, const uint8_t* sK, int r,
+                                              int s_col0, bool wait = true) {
+  if (wait) q.wait(0);
+  wgmma_fence();
+  issue_transposed_scores<T, Cfg, Cfg::s_cols()>(st, sK, r, q.get(), s_col0);
+  wgmma_commit();
+}
+template <class T, class Cfg, class Ring>
+__device__ __forceinline__ void issue_dpt_step(float (&dpt)[Cfg::s_cols() / 2], Ring& dO, const uint8_t* sV, int r,
+                                               int s_col0, bool wait = true) {
+  if (wait) dO.wait(0);
+  wgmma_fence();  // a wait loop sits between the two groups: fence again (else ptxas injects one, C7519)
+  issue_transposed_scores<T, Cfg, Cfg::s_cols()>(dpt, sV, r, dO.get(), s_col0);
+  wgmma_commit();
+}
+
+// DqViaTma: consumer side of one step's dQ. Waits until the writer warp has finished reading the
+// shared dQ tile of the previous step (kBwdBarDqEmpty), writes this warpgroup's piece in fragment
+// order (Cfg::dq_frag_offset: a warp's float2 stores cover 256 contiguous bytes, no bank
+// conflict), makes the generic-proxy stores visible to the async proxy, and signals the writer
+// without waiting (kBwdBarDqFull).
+template <class Cfg>
+__device__ __forceinline__ void stage_dq_tile(const float (&dq)[Cfg::dq_cols() / 2]) {
+  // The tile's 32-bit shared address and this thread's place in it are recomputed here from
+  // constants and %tid.x (read by a volatile asm, so not hoisted out of the main loop): no
+  // register stays live across the loop for them (a live 64-bit pointer cost a spill at hd64).
+  extern __shared__ uint8_t smem_raw[];
+  uint32_t tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t base = raw + ((1024 - (raw & 1023)) & 1023) + Cfg::dq_offset() +
+                        4 * uint32_t(Cfg::dq_frag_offset(int(tid / 128) - 1, int(tid % 128), 0));
+  named_barrier_sync(kBwdBarDqEmpty, kBwdDqBarrierThreads);
+#pragma unroll
+  for (int u = 0; u < Cfg::dq_cols() / 4; ++u) {
+    static_assert(Cfg::dq_frag_offset(0, 0, 2) == 256, "one register pair = 128 threads x 2 floats");
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(base + 1024 * u), "f"(dq[2 * u]), "f"(dq[2 * u + 1])
+                 : "memory");
+  }
+  fence_proxy_async_smem();
+  named_barrier_arrive(kBwdBarDqFull, kBwdDqBarrierThreads);
+}
+
+// DqViaTma: the dQ writer, warp 1 of the producer warpgroup (all 32 lanes: the named barriers
+// count whole warps). Per step, in the consumers' (head, query block) order: wait for both
+// consumer warpgroups' pieces (kBwdBarDqFull), lane 0 adds the whole block_m x head_dim tile to
+// dq_accum with one bulk reduce-add, waits until the bulk engine has read the shared tile, and
+// the warp frees it (kBwdBarDqEmpty; one pre-arrival so the consumers' first wait passes, none
+// after the last step so no barrier generation is left open). THE place where dQ reaches global
+// memory in this variant: a deterministic mode's per-(batch, head, query block) semaphore wait
+// goes before bulk_reduce_add_f32 (lane 0) and its signal after a bulk_wait_all() that follows it.
+template <class Cfg, bool Causal>
+__device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args, int n0, int kv_head, int batch,
+                                              int lane) {
+  int m_begin, m_end;
+  bwd_m_range<Cfg, Causal>(args, n0, &m_begin, &m_end);
+  const int total_steps = m_end > m_begin ? args.group * (m_end - m_begin) : 0;
+  if (total_steps == 0) return;
+  const float* sdq = reinterpret_cast<const float*>(smem + Cfg::dq_offset());
+  named_barrier_arrive(kBwdBarDqEmpty, kBwdDqBarrierThreads);
+  int step = 0;
+  for (int g = 0; g < args.group; ++g) {
+    const int head = kv_head * args.group + g;
+    float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
+    for (int m = m_begin; m < m_end; ++m) {
+      named_barrier_sync(kBwdBarDqFull, kBwdDqBarrierThreads);
+      if (lane == 0) {
+        bulk_reduce_add_f32(dq_rows + int64_t(m) * Cfg::block_m() * Cfg::head_dim(), sdq, Cfg::dq_tile_bytes());
+        bulk_commit();
+      }
+      if (++step < total_steps) {
+        if (lane == 0) bulk_wait_read();
+        __syncwarp();
+        named_barrier_arrive(kBwdBarDqEmpty, kBwdDqBarrierThreads);
+      }
+    }
+  }
+  if (lane == 0) bulk_wait_all();  // source reads and global writes done before the CTA exits
+}
+
+// One step's dQ slice out of the consumer, once its wgmma has retired: DqViaTma -> the shared dQ
+// tile (the writer warp adds it to dq_accum); else red.global adds (add_dq_tile: THE place where
+// the step's dQ reaches global memory), with any further dq_pieces() computed here one by one
+// (ds_tile and K stay valid: the next write of this dS^T stage is two barriers away; the
+// wait<0> there also retires a pipelined S^T group -- correct, only less overlap).
+template <class T, class Cfg>
+__device__ __forceinline__ void bwd_dq_out(float (&dq)[Cfg::dq_cols() / Cfg::dq_pieces() / 2], float* dq_rows,
+                                           const uint8_t* ds_tile, const uint8_t* sK, int m0, int c,
+                                           int qs, int dq_col0, int tid, int warp, int lane) {
+  constexpr int kPieceCols = Cfg::dq_cols() / Cfg::dq_pieces();
+  if constexpr (Cfg::dq_via_tma()) {
+    stage_dq_tile<Cfg>(dq);
+  } else {
+    add_dq_tile<Cfg, kPieceCols>(dq_rows, dq, m0 + 64 * qs, dq_col0, warp, lane);
+#pragma unroll
+    for (int piece = 1; piece < Cfg::dq_pieces(); ++piece) {
+      wgmma_fence();
+      issue_dq<T, Cfg, kPieceCols>(dq, ds_tile, qs, sK, dq_col0 + piece * kPieceCols);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(dq);
+      add_dq_tile<Cfg, kPieceCols>(dq_rows, dq, m0 + 64 * qs, dq_col0 + piece * kPieceCols, warp, lane);
+    }
+  }
+}
+
 template <class T, class Cfg, bool Causal>
 __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_full,
                                              typename StagedPipeline<Cfg::q_stages(), 1>::Barriers* q_bars,
@@ -304,28 +423,20 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
   const int col_in_slice = 2 * (lane % 4);
   int step = 0;
 
-  for (int g = 0; any && g < args.group; ++g) {
-    const int head = kv_head * args.group + g;
-    float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
-    for (int m = m_begin; m < m_end; ++m, ++step) {
-      const int m0 = m * BM;
-      const int stage = q.pipe.stage;  // the two rings advance together
-      const uint8_t* q_tile = q.get();
-      const uint8_t* do_tile = dO.get();
-
-      // S^T and dP^T: both issued before either is read, so dP^T runs during P's exp2.
-      float st[NS / 2];
-      float dpt[NS / 2];
-      q.wait(0);
-      wgmma_fence();
-      issue_transposed_scores<T, Cfg, NS>(st, sK, r, q_tile, s_col0);
-      wgmma_commit();
-      dO.wait(0);
-      wgmma_fence();  // a wait loop sits between the two groups: fence again (else ptxas injects one, C7519)
-      issue_transposed_scores<T, Cfg, NS>(dpt, sV, r, do_tile, s_col0);
-      wgmma_commit();
-
-      // P^T = 2^(S^T * scale * log2 e - lse2[query]); masked entries are set to exactly 0.
+  if constexpr (Cfg::pipeline_scores()) {
+    // ---- PipelineScores schedule (bwd v2). One iteration = the second half of step t and the
+    // first half of step t + 1, so that no wgmma group is in flight across the loop's back edge
+    // (ptxas serializes the whole pipeline when one is: C7514/C7515):
+    //   B(t) = [hd256: dV, dK SS] + dQ(t);  C = S^T(t+1) from Q's next stage;  wait<1>: B retired;
+    //   release Q(t), dO(t); dQ(t) out;  D = dP^T(t+1);  then bwd_scores_to_ds(t+1): wait<1>: C
+    //   retired, P^T; wait<0>: D retired, dS^T; A(t+1) = dV, dK RS; dS^T store; barrier; wait<0>.
+    // So S^T(t+1) and dP^T(t+1) queue behind dQ(t) while the dQ adds run. C and D are issued
+    // unconditionally (after the last step they read a stage nobody writes and are never read;
+    // the mbarrier wait is skipped), so every path reaches the back edge with nothing in flight.
+    const int total_steps = any ? args.group * (m_end - m_begin) : 0;
+    float st[NS / 2];
+    float dpt[NS / 2];
+    auto scores_to_ds = [&](int m0, int stage, int step) {
       const bool need_mask = n0 + Cfg::block_n() > args.seq_k ||
                              (Causal && n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q);
       const float* lse_cols = sLse + stage * BM + s_col0 + col_in_slice;
@@ -348,8 +459,6 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
           }
         }
       }
-
-      // dS^T = P^T * (dP^T - delta'[query]).
       const float* delta_cols = sDelta + stage * BM + s_col0 + col_in_slice;
       wgmma_wait<0>();
       fence_regs(dpt);
@@ -369,62 +478,209 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
         pf[k] = bwd_pack2<T>(st[2 * k], st[2 * k + 1]);
         dsf[k] = bwd_pack2<T>(dpt[2 * k], dpt[2 * k + 1]);
       }
-
       uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
       uint8_t* p_tile = sP + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
       if constexpr (Cfg::pds_in_registers()) {
-        // This warpgroup holds all block_m query columns of its 64 key rows: dV and dK straight
-        // from registers, issued before the dS^T store so they run during it.
+        // Pins dK/dV (their zeroing, in the peeled first call) before the fence: zeros sunk past
+        // wgmma_fence make ptxas inject a warpgroup.arrive (C7519). No-op in the loop.
+        fence_regs(dk);
+        fence_regs(dv);
         wgmma_fence();
-        issue_dkv_rs<T, Cfg>(dv, pf, do_tile, dkv_col0);
-        issue_dkv_rs<T, Cfg>(dk, dsf, q_tile, dkv_col0);
+        issue_dkv_rs<T, Cfg>(dv, pf, dO.get(), dkv_col0);
+        issue_dkv_rs<T, Cfg>(dk, dsf, q.get(), dkv_col0);
         wgmma_commit();
         store_pds<Cfg, NS>(ds_tile, dsf, r, s_col0, warp, lane);
       } else {
         store_pds<Cfg, NS>(p_tile, pf, r, s_col0, warp, lane);
         store_pds<Cfg, NS>(ds_tile, dsf, r, s_col0, warp, lane);
       }
-      // Generic-proxy stores -> wgmma (async proxy) reads, across both warpgroups.
       fence_proxy_async_smem();
       named_barrier_sync(kBwdBarPds, kBwdConsumerThreads);
+      if constexpr (Cfg::pds_in_registers()) {
+        wgmma_wait<0>();  // A retired (it had the store and the barrier to run in)
+        fence_regs(pf);
+        fence_regs(dsf);
+        fence_regs(dk);
+        fence_regs(dv);
+      }
+    };
 
+    issue_st_step<T, Cfg>(st, q, sK, r, s_col0, total_steps > 0);
+    issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0, total_steps > 0);
+    if (total_steps > 0) {
+      scores_to_ds(m_begin * BM, q.pipe.stage, 0);
+    } else {
+      wgmma_wait<0>();
+    }
+    int g = 0, m = m_begin;
+    for (int step = 0; step < total_steps; ++step) {
+      // (DqViaTma: dq_rows and g unused here, the writer warp addresses dq_accum.)
+      float* dq_rows = Cfg::dq_via_tma() ? nullptr
+                                         : args.dq_accum + (int64_t(batch) * args.heads_q + kv_head * args.group + g) *
+                                                               args.seq_q_pad * Cfg::head_dim();
+      const int m0 = m * BM;
+      const bool has_next = step + 1 < total_steps;
+      uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
+
+      // Group B.
       wgmma_fence();
       if constexpr (!Cfg::pds_in_registers()) {
-        issue_dkv_ss<T, Cfg>(dv, p_tile, r, do_tile, dkv_col0);
-        issue_dkv_ss<T, Cfg>(dk, ds_tile, r, q_tile, dkv_col0);
+        uint8_t* p_tile = sP + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
+        issue_dkv_ss<T, Cfg>(dv, p_tile, r, dO.get(), dkv_col0);
+        issue_dkv_ss<T, Cfg>(dk, ds_tile, r, q.get(), dkv_col0);
       }
-      // dQ in dq_pieces() column pieces one after the other (hd256: bounds the live registers).
       constexpr int kPieceCols = Cfg::dq_cols() / Cfg::dq_pieces();
       float dq[kPieceCols / 2];
       issue_dq<T, Cfg, kPieceCols>(dq, ds_tile, qs, sK, dq_col0);
       wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(dq);
-      fence_regs(dk);
-      fence_regs(dv);
-      if constexpr (Cfg::pds_in_registers()) {
-        fence_regs(pf);  // read asynchronously by the RS wgmma: keep the registers until here
-        fence_regs(dsf);
+      // Group C: the next step's S^T.
+      {
+        Ring q_next = q;
+        q_next.advance();
+        issue_st_step<T, Cfg>(st, q_next, sK, r, s_col0, has_next);
       }
+      wgmma_wait<1>();  // B retired (groups retire in order); C may run
+      fence_regs(dq);
 
-      // Q, dO (and their lse2 / delta') are no longer read by this warpgroup.
+      // Q(t), dO(t) and their vectors: every wgmma reading them (S^T, dP^T, A, B) has retired.
       q.release(elected);
       dO.release(elected);
       q.advance();
       dO.advance();
 
-      add_dq_tile<Cfg, kPieceCols>(dq_rows, dq, m0 + 64 * qs, dq_col0, warp, lane);
-#pragma unroll
-      for (int piece = 1; piece < Cfg::dq_pieces(); ++piece) {
-        // ds_tile and K stay valid: the next write of this dS^T stage is two barriers away.
+      bwd_dq_out<T, Cfg>(dq, dq_rows, ds_tile, sK, m0, c, qs, dq_col0, tid, warp, lane);
+
+      // Group D: the next step's dP^T (dO has advanced to its stage).
+      issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0, has_next);
+      if (++m == m_end) {
+        m = m_begin;
+        if constexpr (!Cfg::dq_via_tma()) ++g;
+      }
+      if (has_next) {
+        scores_to_ds(m * BM, q.pipe.stage, step + 1);
+      } else {
+        wgmma_wait<0>();  // the look-ahead C and D of the last step, never read
+        fence_regs(st);
+        fence_regs(dpt);
+        fence_regs(dk);  // the epilogue reads them: not before this wait
+        fence_regs(dv);
+      }
+    }
+  } else {
+    // ---- v1 schedule: every wgmma group of a step retires inside the step.
+    for (int g = 0; any && g < args.group; ++g) {
+      const int head = kv_head * args.group + g;
+      float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
+      for (int m = m_begin; m < m_end; ++m, ++step) {
+        const int m0 = m * BM;
+        const int stage = q.pipe.stage;  // the two rings advance together
+        const uint8_t* q_tile = q.get();
+        const uint8_t* do_tile = dO.get();
+
+        // S^T and dP^T: both issued before either is read, so dP^T runs during P's exp2.
+        float st[NS / 2];
+        float dpt[NS / 2];
+        q.wait(0);
         wgmma_fence();
-        issue_dq<T, Cfg, kPieceCols>(dq, ds_tile, qs, sK, dq_col0 + piece * kPieceCols);
+        issue_transposed_scores<T, Cfg, NS>(st, sK, r, q_tile, s_col0);
+        wgmma_commit();
+        dO.wait(0);
+        wgmma_fence();  // a wait loop sits between the two groups: fence again (else ptxas injects one, C7519)
+        issue_transposed_scores<T, Cfg, NS>(dpt, sV, r, do_tile, s_col0);
+        wgmma_commit();
+
+        // P^T = 2^(S^T * scale * log2 e - lse2[query]); masked entries are set to exactly 0.
+        const bool need_mask = n0 + Cfg::block_n() > args.seq_k ||
+                               (Causal && n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q);
+        const float* lse_cols = sLse + stage * BM + s_col0 + col_in_slice;
+        wgmma_wait<1>();
+        fence_regs(st);
+  #pragma unroll
+        for (int j = 0; j < NS / 8; ++j) {
+          const float2 l = *reinterpret_cast<const float2*>(lse_cols + 8 * j);
+  #pragma unroll
+          for (int i = 0; i < 2; ++i) {
+  #pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float p = bwd_exp2(fmaf(st[4 * j + 2 * i + e], args.scale_log2, -(e ? l.y : l.x)));
+              if (need_mask) {
+                const int key = key_row0 + 8 * i;
+                const int query = m0 + s_col0 + col_in_slice + 8 * j + e;
+                if (key >= args.seq_k || (Causal && key > query + args.seq_k - args.seq_q)) p = 0.f;
+              }
+              st[4 * j + 2 * i + e] = p;
+            }
+          }
+        }
+
+        // dS^T = P^T * (dP^T - delta'[query]).
+        const float* delta_cols = sDelta + stage * BM + s_col0 + col_in_slice;
+        wgmma_wait<0>();
+        fence_regs(dpt);
+  #pragma unroll
+        for (int j = 0; j < NS / 8; ++j) {
+          const float2 dl = *reinterpret_cast<const float2*>(delta_cols + 8 * j);
+  #pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            dpt[4 * j + 2 * i] = st[4 * j + 2 * i] * (dpt[4 * j + 2 * i] - dl.x);
+            dpt[4 * j + 2 * i + 1] = st[4 * j + 2 * i + 1] * (dpt[4 * j + 2 * i + 1] - dl.y);
+          }
+        }
+        uint32_t pf[NS / 4];
+        uint32_t dsf[NS / 4];
+  #pragma unroll
+        for (int k = 0; k < NS / 4; ++k) {
+          pf[k] = bwd_pack2<T>(st[2 * k], st[2 * k + 1]);
+          dsf[k] = bwd_pack2<T>(dpt[2 * k], dpt[2 * k + 1]);
+        }
+
+        uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
+        uint8_t* p_tile = sP + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
+        if constexpr (Cfg::pds_in_registers()) {
+          // This warpgroup holds all block_m query columns of its 64 key rows: dV and dK straight
+          // from registers, issued before the dS^T store so they run during it.
+          wgmma_fence();
+          issue_dkv_rs<T, Cfg>(dv, pf, do_tile, dkv_col0);
+          issue_dkv_rs<T, Cfg>(dk, dsf, q_tile, dkv_col0);
+          wgmma_commit();
+          store_pds<Cfg, NS>(ds_tile, dsf, r, s_col0, warp, lane);
+        } else {
+          store_pds<Cfg, NS>(p_tile, pf, r, s_col0, warp, lane);
+          store_pds<Cfg, NS>(ds_tile, dsf, r, s_col0, warp, lane);
+        }
+        // Generic-proxy stores -> wgmma (async proxy) reads, across both warpgroups.
+        fence_proxy_async_smem();
+        named_barrier_sync(kBwdBarPds, kBwdConsumerThreads);
+
+        wgmma_fence();
+        if constexpr (!Cfg::pds_in_registers()) {
+          issue_dkv_ss<T, Cfg>(dv, p_tile, r, do_tile, dkv_col0);
+          issue_dkv_ss<T, Cfg>(dk, ds_tile, r, q_tile, dkv_col0);
+        }
+        // dQ in dq_pieces() column pieces one after the other (hd256: bounds the live registers).
+        constexpr int kPieceCols = Cfg::dq_cols() / Cfg::dq_pieces();
+        float dq[kPieceCols / 2];
+        issue_dq<T, Cfg, kPieceCols>(dq, ds_tile, qs, sK, dq_col0);
         wgmma_commit();
         wgmma_wait<0>();
         fence_regs(dq);
-        add_dq_tile<Cfg, kPieceCols>(dq_rows, dq, m0 + 64 * qs, dq_col0 + piece * kPieceCols, warp, lane);
+        fence_regs(dk);
+        fence_regs(dv);
+        if constexpr (Cfg::pds_in_registers()) {
+          fence_regs(pf);  // read asynchronously by the RS wgmma: keep the registers until here
+          fence_regs(dsf);
+        }
+
+        // Q, dO (and their lse2 / delta') are no longer read by this warpgroup.
+        q.release(elected);
+        dO.release(elected);
+        q.advance();
+        dO.advance();
+
+        bwd_dq_out<T, Cfg>(dq, dq_rows, ds_tile, sK, m0, c, qs, dq_col0, tid, warp, lane);
       }
     }
+
   }
 
   // Epilogue: dK = softmax_scale * dS^T Q summed over the group, dV = P^T dO; rows past seq_k
@@ -467,30 +723,36 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     setmaxnreg_dec<Cfg::producer_regs()>();
     int m_begin, m_end;
     bwd_m_range<Cfg, Causal>(args, n0, &m_begin, &m_end);
-    if (threadIdx.x == 0 && m_end > m_begin) {
-      mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kv_tile_bytes());
-#pragma unroll
-      for (int c = 0; c < Cfg::chunks(); ++c) {
-        tma_load_4d(smem + Cfg::k_offset() + c * Cfg::chunk_bytes_kv(), &tm_k, kv_full, c * 64, n0, kv_head, batch);
-      }
-#pragma unroll
-      for (int c = 0; c < Cfg::chunks(); ++c) {
-        tma_load_4d(smem + Cfg::v_offset() + c * Cfg::chunk_bytes_kv(), &tm_v, kv_full, c * 64, n0, kv_head, batch);
-      }
-      StagedPipeline<Cfg::q_stages(), 1> q_ring{q_bars};
-      StagedPipeline<Cfg::q_stages(), 1> do_ring{do_bars};
-      float* sLse = reinterpret_cast<float*>(smem + Cfg::lse_offset());
-      float* sDelta = reinterpret_cast<float*>(smem + Cfg::delta_offset());
-      for (int g = 0; g < args.group; ++g) {
-        const int head = kv_head * args.group + g;
-        const int64_t vec_row = (int64_t(batch) * args.heads_q + head) * args.seq_q_pad;
-        for (int m = m_begin; m < m_end; ++m) {
-          const int m0 = m * Cfg::block_m();
-          load_row_step<Cfg>(q_ring, smem + Cfg::q_offset(), sLse, &tm_q, args.lse2 + vec_row + m0, m0, head, batch);
-          load_row_step<Cfg>(do_ring, smem + Cfg::do_offset(), sDelta, &tm_do, args.delta + vec_row + m0, m0, head,
-                             batch);
+    if (threadIdx.x == 0) {
+      // The loader thread. (An `else` for the writer warp below: a test after the loop would keep
+      // a register live through it, and at 24 registers that spilled.)
+      if (m_end > m_begin) {
+        mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kv_tile_bytes());
+  #pragma unroll
+        for (int c = 0; c < Cfg::chunks(); ++c) {
+          tma_load_4d(smem + Cfg::k_offset() + c * Cfg::chunk_bytes_kv(), &tm_k, kv_full, c * 64, n0, kv_head, batch);
+        }
+  #pragma unroll
+        for (int c = 0; c < Cfg::chunks(); ++c) {
+          tma_load_4d(smem + Cfg::v_offset() + c * Cfg::chunk_bytes_kv(), &tm_v, kv_full, c * 64, n0, kv_head, batch);
+        }
+        StagedPipeline<Cfg::q_stages(), 1> q_ring{q_bars};
+        StagedPipeline<Cfg::q_stages(), 1> do_ring{do_bars};
+        float* sLse = reinterpret_cast<float*>(smem + Cfg::lse_offset());
+        float* sDelta = reinterpret_cast<float*>(smem + Cfg::delta_offset());
+        for (int g = 0; g < args.group; ++g) {
+          const int head = kv_head * args.group + g;
+          const int64_t vec_row = (int64_t(batch) * args.heads_q + head) * args.seq_q_pad;
+          for (int m = m_begin; m < m_end; ++m) {
+            const int m0 = m * Cfg::block_m();
+            load_row_step<Cfg>(q_ring, smem + Cfg::q_offset(), sLse, &tm_q, args.lse2 + vec_row + m0, m0, head, batch);
+            load_row_step<Cfg>(do_ring, smem + Cfg::do_offset(), sDelta, &tm_do, args.delta + vec_row + m0, m0, head,
+                               batch);
+          }
         }
       }
+    } else if (Cfg::dq_via_tma() && threadIdx.x / 32 == 1) {
+      bwd_dq_writer<Cfg, Causal>(smem, args, n0, kv_head, batch, threadIdx.x % 32);
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
@@ -545,8 +807,10 @@ __global__ void __launch_bounds__(256) bwd_preprocess(const T* o, const T* d_o, 
   }
 }
 
-// dq[b, i, h, :] = softmax_scale * dq_accum[b, h, i, :], 8 elements per thread.
-template <class T, int HeadDim>
+// dq[b, i, h, :] = softmax_scale * dq_accum[b, h, i, :], 8 elements per thread. dq_accum's rows
+// are row-major, or (Cfg::dq_via_tma()) each block_m-row tile in the fragment order of
+// Cfg::dq_accum_offset, whose 8-column groups are contiguous too.
+template <class T, int HeadDim, class Cfg>
 __global__ void __launch_bounds__(256) bwd_postprocess(const float* dq_accum, T* dq, float scale, int batch,
                                                        int seq_q, int seq_q_pad, int heads_q) {
   constexpr int kVec = 8;
@@ -559,7 +823,14 @@ __global__ void __launch_bounds__(256) bwd_postprocess(const float* dq_accum, T*
   const int64_t bi = rest / heads_q;  // b * seq_q + i
   const int i = int(bi % seq_q);
   const int b = int(bi / seq_q);
-  const float* src = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + i) * HeadDim + cv * kVec;
+  const float* src;
+  if constexpr (Cfg::dq_via_tma()) {
+    constexpr int BM = Cfg::block_m();
+    src = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + (i / BM) * BM) * HeadDim +
+          Cfg::dq_accum_offset(i % BM, cv * kVec);
+  } else {
+    src = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + i) * HeadDim + cv * kVec;
+  }
   const float4 a = *reinterpret_cast<const float4*>(src);
   const float4 c = *reinterpret_cast<const float4*>(src + 4);
   uint4 out;
@@ -631,7 +902,7 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
 
   {
     const int64_t total = p.batch * p.seq_q * p.heads_q * (D / 8);
-    bwd_postprocess<T, D><<<unsigned((total + 255) / 256), 256, 0, stream>>>(
+    bwd_postprocess<T, D, Cfg><<<unsigned((total + 255) / 256), 256, 0, stream>>>(
         ws.dq_accum, static_cast<T*>(p.dq), p.softmax_scale, int(p.batch), int(p.seq_q), int(pad),
         int(p.heads_q));
     if ((e = cudaGetLastError()) != cudaSuccess) return fail("postprocess launch", e);
@@ -639,15 +910,25 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
   return {};
 }
 
-template <int HeadDim>
+template <int HeadDim, int Variant = kBwdDefaultVariant>
 std::string launch_bwd_head_dim(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
-  using Cfg = BwdConfig<HeadDim>;
+  using Cfg = BwdConfig<HeadDim, Variant>;
   if (p.dtype == BwdDtype::kBf16) {
     return p.causal ? launch_bwd_kernel<__nv_bfloat16, Cfg, true>(p, ws, stream)
                     : launch_bwd_kernel<__nv_bfloat16, Cfg, false>(p, ws, stream);
   }
   return p.causal ? launch_bwd_kernel<__half, Cfg, true>(p, ws, stream)
                   : launch_bwd_kernel<__half, Cfg, false>(p, ws, stream);
+}
+
+// The standalone harness's variants (tests/gpu/cuda/bwd_variants_hd*.cu): bf16 only, so each
+// extra variant costs two kernel instantiations (causal or not).
+template <int HeadDim, int Variant>
+std::string launch_bwd_head_dim_bf16(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
+  using Cfg = BwdConfig<HeadDim, Variant>;
+  if (p.dtype != BwdDtype::kBf16) return "variant " + std::to_string(Variant) + " is built for bf16 only";
+  return p.causal ? launch_bwd_kernel<__nv_bfloat16, Cfg, true>(p, ws, stream)
+                  : launch_bwd_kernel<__nv_bfloat16, Cfg, false>(p, ws, stream);
 }
 
 }  // namespace fa4::hopper

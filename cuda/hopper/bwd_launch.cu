@@ -6,7 +6,22 @@
 
 namespace fa4::hopper {
 
+namespace {
+std::string dispatch_head_dim(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64: return launch_bwd_hd64(p, ws, stream);
+    case 128: return launch_bwd_hd128(p, ws, stream);
+    default: return launch_bwd_hd256(p, ws, stream);
+  }
+}
+}  // namespace
+
 std::string launch_bwd(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
+  return launch_bwd_checked(p, ws, stream, dispatch_head_dim);
+}
+
+std::string launch_bwd_checked(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
+                               BwdDispatch dispatch) {
   auto s = [](int64_t v) { return std::to_string(v); };
   if (p.batch < 0 || p.seq_q < 0 || p.seq_k < 0 || p.heads_q < 0 || p.heads_kv < 0)
     return "negative dimension";
@@ -39,11 +54,7 @@ std::string launch_bwd(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t
                           static_cast<const void*>(ws.delta)}) {
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return "backward workspace must be 16-byte aligned";
   }
-  switch (p.head_dim) {
-    case 64: return launch_bwd_hd64(p, ws, stream);
-    case 128: return launch_bwd_hd128(p, ws, stream);
-    default: return launch_bwd_hd256(p, ws, stream);
-  }
+  return dispatch(p, ws, stream);
 }
 
 }  // namespace fa4::hopper

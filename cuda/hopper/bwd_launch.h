@@ -48,6 +48,13 @@ inline BwdWorkspace bwd_workspace_from(void* base, const BwdProblem& p) {
 // and what is supported. Never aborts.
 std::string launch_bwd(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream);
 
+// launch_bwd with `dispatch` in place of the head-dim dispatch to the library's kernels (after the
+// same validation and empty-problem handling): how the standalone harness runs its other kernel
+// variants (bwd_config.cuh; tests/gpu/cuda/bwd_variants_hd*.cu).
+using BwdDispatch = std::string (*)(const BwdProblem&, const BwdWorkspace&, cudaStream_t);
+std::string launch_bwd_checked(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
+                               BwdDispatch dispatch);
+
 // One per head dim (bwd_hd64.cu, ...): dispatch on dtype and causal. Called by launch_bwd.
 std::string launch_bwd_hd64(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream);
 std::string launch_bwd_hd128(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream);

@@ -22,9 +22,35 @@
 #include "hopper/bwd_launch.h"
 #include "check_util.h"
 
+namespace fa4::hopper {  // tests/gpu/cuda/bwd_variants_hd*.cu
+std::string launch_bwd_hd64_variant(const BwdProblem&, const BwdWorkspace&, cudaStream_t, int variant);
+std::string launch_bwd_hd128_variant(const BwdProblem&, const BwdWorkspace&, cudaStream_t, int variant);
+std::string launch_bwd_hd256_variant(const BwdProblem&, const BwdWorkspace&, cudaStream_t, int variant);
+}  // namespace fa4::hopper
+
 using fa4::hopper::BwdDtype;
 using fa4::hopper::BwdProblem;
 using fa4::hopper::BwdWorkspace;
+
+// Kernel variants (cuda/hopper/bwd_config.cuh: bit 0 PipelineScores, bit 1 DqViaTma). Variant 0 is
+// the library's kernel (bf16 and fp16); the others are built for bf16 only, and hd256 has no
+// DqViaTma (2, 3).
+static int g_variant = 0;
+static bool variant_built(int d, bool bf16, int v) {
+  if (v == 0) return true;
+  return bf16 && v >= 0 && v <= 3 && (d != 256 || v <= 1);
+}
+static std::string dispatch_variant(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64: return fa4::hopper::launch_bwd_hd64_variant(p, ws, stream, g_variant);
+    case 128: return fa4::hopper::launch_bwd_hd128_variant(p, ws, stream, g_variant);
+    default: return fa4::hopper::launch_bwd_hd256_variant(p, ws, stream, g_variant);
+  }
+}
+static std::string launch_variant(const BwdProblem& p, const BwdWorkspace& ws, int variant) {
+  g_variant = variant;
+  return fa4::hopper::launch_bwd_checked(p, ws, 0, dispatch_variant);
+}
 
 struct Case {
   int b, sq, sk, hq, hkv, d;
@@ -126,8 +152,8 @@ static Err compare(const std::vector<uint16_t>& got, const std::vector<double>& 
   return e;
 }
 
-// Returns true on pass.
-static bool run_case(const Case& c, uint64_t seed, double* worst_ratio) {
+// Returns the number of failing variants (0 on pass).
+static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std::vector<int>& variants, int* runs) {
   const size_t nq = size_t(c.b) * c.sq * c.hq * c.d, nk = size_t(c.b) * c.sk * c.hkv * c.d;
   const size_t nlse = size_t(c.b) * c.hq * c.sq;
   std::mt19937_64 rng(seed);
@@ -185,21 +211,27 @@ static bool run_case(const Case& c, uint64_t seed, double* worst_ratio) {
   void* ws_mem = dev(ws_bytes);
   const BwdWorkspace ws = fa4::hopper::bwd_workspace_from(ws_mem, p);
 
+  int failures = 0;
+  for (int variant : variants) {
+  if (!variant_built(c.d, c.bf16, variant)) continue;
+  ++*runs;
   std::vector<uint16_t> gq[2], gk[2], gv[2];
-  for (int run = 0; run < 2; ++run) {
+  bool launched = true;
+  for (int run = 0; run < 2 && launched; ++run) {
     // Poison: 0xFFFF is NaN in bf16 and fp16; the workspace too (0xFFFFFFFF is a float NaN).
     CHECK_CUDA(cudaMemset(dq, 0xFF, std::max<size_t>(nq * 2, 16)));
     CHECK_CUDA(cudaMemset(dk, 0xFF, std::max<size_t>(nk * 2, 16)));
     CHECK_CUDA(cudaMemset(dv, 0xFF, std::max<size_t>(nk * 2, 16)));
     CHECK_CUDA(cudaMemset(ws_mem, 0xFF, std::max<size_t>(ws_bytes, 16)));
-    std::string err = fa4::hopper::launch_bwd(p, ws, 0);
+    std::string err = launch_variant(p, ws, variant);
     if (!err.empty()) {
-      std::printf("FAIL %s: launch error: %s\n", describe(c).c_str(), err.c_str());
-      return false;
+      std::printf("FAIL v%d %s: launch error: %s\n", variant, describe(c).c_str(), err.c_str());
+      launched = false;
+      break;
     }
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
-      std::printf("FAIL %s: kernel error %s\n", describe(c).c_str(), cudaGetErrorString(e));
+      std::printf("FAIL v%d %s: kernel error %s\n", variant, describe(c).c_str(), cudaGetErrorString(e));
       std::exit(2);  // the context is gone
     }
     gq[run].resize(nq);
@@ -209,10 +241,11 @@ static bool run_case(const Case& c, uint64_t seed, double* worst_ratio) {
     d2h(gk[run].data(), dk, nk * 2);
     d2h(gv[run].data(), dv, nk * 2);
   }
-  for (void* ptr : {dq_in, dk_in, dv_in, do_in, o_in, static_cast<void*>(lse_in), static_cast<void*>(dlse_in), dq,
-                    dk, dv, ws_mem})
-    cudaFree(ptr);
 
+  if (!launched) {
+    ++failures;
+    continue;
+  }
   // dK and dV come from registers of one CTA each: a second run must give the same bits (a moving
   // result is a race). dQ is summed by float atomics in hardware order: not expected to repeat.
   const bool kv_same = gk[0] == gk[1] && gv[0] == gv[1];
@@ -231,19 +264,24 @@ static bool run_case(const Case& c, uint64_t seed, double* worst_ratio) {
   for (const Err* e : {&eq, &ek, &ev}) ratio = std::max(ratio, e->max_err / (tol * e->max_ref + floor));
   const bool pass = eq.nonfinite + ek.nonfinite + ev.nonfinite == 0 && ratio <= 1.0 && kv_same;
   *worst_ratio = std::max(*worst_ratio, ratio);
-  std::printf("%s %-62s rel err dq %.2e dk %.2e dv %.2e (tol %.0e) nonfinite %zu/%zu/%zu  dk,dv %s  dq %s\n",
-              pass ? "ok  " : "FAIL", describe(c).c_str(), eq.max_ref > 0 ? eq.max_err / eq.max_ref : eq.max_err,
+  failures += !pass;
+  std::printf("%s v%d %-62s rel err dq %.2e dk %.2e dv %.2e (tol %.0e) nonfinite %zu/%zu/%zu  dk,dv %s  dq %s\n",
+              pass ? "ok  " : "FAIL", variant, describe(c).c_str(), eq.max_ref > 0 ? eq.max_err / eq.max_ref : eq.max_err,
               ek.max_ref > 0 ? ek.max_err / ek.max_ref : ek.max_err, ev.max_ref > 0 ? ev.max_err / ev.max_ref : ev.max_err,
               tol, eq.nonfinite, ek.nonfinite, ev.nonfinite, kv_same ? "repeat" : "DIFFER ON RERUN",
               q_same ? "repeats" : "differs on rerun (atomics)");
-  return pass;
+  }
+  for (void* ptr : {dq_in, dk_in, dv_in, do_in, o_in, static_cast<void*>(lse_in), static_cast<void*>(dlse_in), dq,
+                    dk, dv, ws_mem})
+    cudaFree(ptr);
+  return failures;
 }
 
-static void bench(const std::vector<int>& seqs) {
+static void bench(const std::vector<int>& seqs, const std::vector<int>& variants, const std::vector<int>& dims) {
   std::printf("\nkernel-only backward timing (preprocess + main + postprocess), FA3 grid (bf16, 16k tokens, "
               "hidden 2048), median of 10; TFLOP/s with backward FLOPs = 2.5 x forward\n");
-  std::printf("%5s %7s %6s %6s %10s %9s\n", "hd", "causal", "seq", "batch", "ms", "TFLOP/s");
-  for (int d : {64, 128, 256}) {
+  std::printf("%5s %7s %6s %6s %7s %10s %9s\n", "hd", "causal", "seq", "batch", "variant", "ms", "TFLOP/s");
+  for (int d : dims) {
     for (int causal = 0; causal < 2; ++causal) {
       for (int s : seqs) {
         const int b = 16384 / s, h = 2048 / d;
@@ -270,10 +308,12 @@ static void bench(const std::vector<int>& seqs) {
         cudaEvent_t e0, e1;
         cudaEventCreate(&e0);
         cudaEventCreate(&e1);
+        for (int variant : variants) {
+        if (!variant_built(d, true, variant)) continue;
         std::vector<float> ms;
         for (int it = 0; it < 13; ++it) {
           cudaEventRecord(e0);
-          std::string err = fa4::hopper::launch_bwd(p, ws, 0);
+          std::string err = launch_variant(p, ws, variant);
           cudaEventRecord(e1);
           if (!err.empty()) {
             std::printf("launch error %s\n", err.c_str());
@@ -287,8 +327,10 @@ static void bench(const std::vector<int>& seqs) {
         std::sort(ms.begin(), ms.end());
         const double med = ms[ms.size() / 2];
         const double flops = 2.5 * 4.0 * b * h * double(s) * s * d / (causal ? 2 : 1);
-        std::printf("%5d %7s %6d %6d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, med, flops / med / 1e9);
+        std::printf("%5d %7s %6d %6d %7d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, variant, med,
+                    flops / med / 1e9);
         std::fflush(stdout);
+        }
         for (void* ptr : {q, k, v, o, dout, dq, dk, dv, static_cast<void*>(lse), static_cast<void*>(dlse), ws_mem})
           cudaFree(ptr);
         cudaEventDestroy(e0);
@@ -302,11 +344,22 @@ int main(int argc, char** argv) {
   bool do_bench = false, do_check = true;
   std::vector<int> seqs = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> only_d;
+  std::vector<int> variants = {0, 1, 2, 3};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--bench")) do_bench = true;
     if (!std::strcmp(argv[i], "--no-check")) do_check = false;
     if (!std::strcmp(argv[i], "--quick-bench")) seqs = {2048, 4096, 16384};
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
+    if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) {  // e.g. --seqs 2048,16384
+      seqs.clear();
+      for (const char* t = argv[++i]; *t; t = std::strchr(t, ',') ? std::strchr(t, ',') + 1 : t + std::strlen(t))
+        seqs.push_back(std::atoi(t));
+    }
+    if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) {  // e.g. --variants 0,2
+      variants.clear();
+      for (const char* t = argv[++i]; *t; t = std::strchr(t, ',') ? std::strchr(t, ',') + 1 : t + std::strlen(t))
+        variants.push_back(std::atoi(t));
+    }
   }
   int device = 0, major = 0;
   CHECK_CUDA(cudaGetDevice(&device));
@@ -336,11 +389,11 @@ int main(int argc, char** argv) {
             c.bf16 = bf16;
             c.causal = causal;
             c.with_dlse = (seed % 2) == 0;
-            ++total;
-            failures += !run_case(c, seed++, &worst);
+            failures += run_case(c, seed++, &worst, variants, &total);
           }
-    std::printf("\n%d/%d cases passed; worst max-error / tolerance = %.3f\n", total - failures, total, worst);
+    std::printf("\n%d/%d cases passed (case x variant runs); worst max-error / tolerance = %.3f\n", total - failures,
+                total, worst);
   }
-  if (do_bench) bench(seqs);
+  if (do_bench) bench(seqs, variants, only_d.empty() ? std::vector<int>{64, 128, 256} : only_d);
   return failures == 0 ? 0 : 1;
 }

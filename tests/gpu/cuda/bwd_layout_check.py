@@ -428,6 +428,66 @@ def check_tiling(cfg: Cfg, rng) -> list[str]:
     return errs
 
 
+# ----------------------------------------------------------------------------------------------
+# 3. DqViaTma: the fragment-order dQ tile (bwd_config.cuh dq_frag_offset / dq_accum_offset)
+# ----------------------------------------------------------------------------------------------
+
+
+def dq_frag_offset(cfg: Cfg, c, t, k):
+    return c * 64 * cfg.dq_cols + 2 * ((k // 2) * 128 + t) + k % 2
+
+
+def dq_accum_offset(cfg: Cfg, row, col):
+    qs, ds = row // 64, col // cfg.dq_cols
+    c = qs + ds * cfg.dq_row_slices
+    rin, cin = row % 64, col % cfg.dq_cols
+    t = 32 * (rin // 16) + 4 * (rin % 8)
+    k = 4 * (cin // 8) + 2 * ((rin % 16) // 8)
+    return dq_frag_offset(cfg, c, t, k)
+
+
+def check_dq_tile(cfg: Cfg) -> list[str]:
+    """The consumers' stores (stage_dq_tile: warpgroup c = (qs, ds) split of bwd_consumer, thread
+    t, register k of the dQ accumulator) fill the block_m x head_dim float tile exactly once, a
+    warp's float2 stores are 256 contiguous bytes, and the postprocess (dq_accum_offset of each
+    8-column group, read as 8 contiguous floats) gets back dQ[row, col] for every element."""
+    errs = []
+    if cfg.dq_pieces != 1 or cfg.D == 256:
+        return errs
+    BM, D = cfg.BM, cfg.D
+    dq = np.arange(BM * D, dtype=np.float64).reshape(BM, D) + 0.5
+    tile = np.full(BM * D, np.nan)
+    written = np.zeros(BM * D, dtype=int)
+    for c in range(cfg.W):
+        qs, ds = c % cfg.dq_row_slices, c // cfg.dq_row_slices
+        piece = dq[64 * qs:64 * qs + 64, ds * cfg.dq_cols:(ds + 1) * cfg.dq_cols]
+        regs = scatter_acc(piece)
+        for t in range(128):
+            for u in range(cfg.dq_cols // 4):
+                off = dq_frag_offset(cfg, c, t, 2 * u)
+                # the kernel: base = dq_frag_offset(c, tid, 0), then + 256 floats per pair
+                if off != dq_frag_offset(cfg, c, t, 0) + 256 * u or off % 2:
+                    errs.append(f"hd{D}: store address of c={c} t={t} u={u}")
+                for e in range(2):
+                    tile[off + e] = regs[t, 2 * u + e]
+                    written[off + e] += 1
+        for w in range(4):
+            for u in range(cfg.dq_cols // 4):
+                offs = [dq_frag_offset(cfg, c, 32 * w + l, 2 * u) for l in range(32)]
+                if offs != list(range(offs[0], offs[0] + 64, 2)):
+                    errs.append(f"hd{D}: warp {w} pair {u} of c={c} not 256 contiguous bytes")
+    if (written != 1).any():
+        errs.append(f"hd{D}: dQ tile elements written {written.min()}..{written.max()} times")
+    for row in range(BM):
+        for col in range(0, D, 8):
+            o = dq_accum_offset(cfg, row, col)
+            if not np.array_equal(tile[o:o + 8], dq[row, col:col + 8]):
+                errs.append(f"hd{D}: postprocess read of row {row} cols {col}..{col + 7}")
+    if cfg.BM * cfg.D * 4 % 16:
+        errs.append(f"hd{D}: tile bytes not a multiple of 16")
+    return errs[:10]
+
+
 def main():
     rng = np.random.default_rng(0)
     errs = []
@@ -436,7 +496,9 @@ def main():
         print(f"hd{d}: layouts {'ok' if not e1 else 'FAIL'}")
         e2 = check_tiling(cfg, rng)
         print(f"hd{d}: tiling {'ok' if not e2 else 'FAIL'}")
-        errs += e1 + e2
+        e3 = check_dq_tile(cfg)
+        print(f"hd{d}: DqViaTma fragment-order dQ tile {'ok' if not e3 else 'FAIL'}" + (" (n/a)" if d == 256 else ""))
+        errs += e1 + e2 + e3
     for e in errs:
         print("  ", e)
     return 1 if errs else 0

@@ -1,0 +1,28 @@
+// The standalone harness's extra backward kernel variants for head dim 128 (bf16 only; the library,
+// cuda/hopper/bwd_hd128.cu, builds kBwdDefaultVariant for bf16 and fp16). Not part of the pip build:
+// CMake globs cuda/hopper/*.cu only. Variant bits: 1 = PipelineScores, 2 = DqViaTma (bwd_config.cuh).
+#include "hopper/bwd_kernel.cuh"
+
+namespace fa4::hopper {
+namespace {
+// The default variant is the library's instantiation (bf16 and fp16, bwd_hd128.cu); not built twice.
+template <int V>
+std::string run(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
+  if constexpr (V == kBwdDefaultVariant) {
+    return launch_bwd_hd128(p, ws, stream);
+  } else {
+    return launch_bwd_head_dim_bf16<128, V>(p, ws, stream);
+  }
+}
+}  // namespace
+
+std::string launch_bwd_hd128_variant(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream, int variant) {
+  switch (variant) {
+    case 0: return run<0>(p, ws, stream);
+    case 1: return run<1>(p, ws, stream);
+    case 2: return run<2>(p, ws, stream);
+    case 3: return run<3>(p, ws, stream);
+    default: return "hd128 has no variant " + std::to_string(variant);
+  }
+}
+}  // namespace fa4::hopper
