@@ -1,20 +1,8 @@
-"""Loads the compiled extension and registers its XLA FFI targets, once, per platform.
-
-The Hopper backward target ``jax_fa4_bwd_cuda`` is built but not enabled by default: the
-extension returns it under ``registrations()["cuda_unverified"]``, and it is registered (under
-XLA's platform "CUDA", so that ``has_target("jax_fa4_bwd_cuda", "cuda")`` is True) only when the
-environment variable ``JAX_FA4_UNVERIFIED_CUDA_BWD=1`` is set when jax_fa4 is imported. This
-gate exists only so the GPU tests (``JAX_FA4_UNVERIFIED_CUDA_BWD=1 pytest
-tests/gpu/test_bwd_cuda.py``, run by ``cuda/hopper/run_bwd_check.sh``) can verify the kernel
-through JAX before it is enabled; once they pass on an H200, the target moves into
-``registrations()["cuda"]`` and the gate is deleted. Without it, ``jax.grad`` of
-``jax_fa4.attention`` on a GPU is a trace-time NotImplementedError.
-"""
+"""Loads the compiled extension and registers its XLA FFI targets, once, per platform."""
 
 from __future__ import annotations
 
 import functools
-import os
 
 import jax
 
@@ -33,22 +21,13 @@ FWD_TARGET = "jax_fa4_fwd_{platform}"
 _XLA_PLATFORM = {"cpu": "cpu", "cuda": "CUDA"}
 BWD_TARGET = "jax_fa4_bwd_{platform}"
 
-# The temporary gate described in the module docstring, read once at import.
-UNVERIFIED_CUDA_BWD_ENV = "JAX_FA4_UNVERIFIED_CUDA_BWD"
-UNVERIFIED_CUDA_BWD: bool = os.environ.get(UNVERIFIED_CUDA_BWD_ENV, "").strip() == "1"
-# Extension keys whose targets are registered for another platform only behind that gate.
-_GATED = {"cuda_unverified": "cuda"}
-
 
 @functools.cache
 def registered_targets() -> dict[str, frozenset[str]]:
     """Registers every handler of the extension with XLA; returns {platform: target names}."""
     out: dict[str, frozenset[str]] = {}
     registrations = _jax_fa4_ext.registrations()
-    for key, targets in registrations.items():
-        platform = _GATED.get(key, key)
-        if key in _GATED and not UNVERIFIED_CUDA_BWD:
-            continue
+    for platform, targets in registrations.items():
         for name, capsule in targets.items():
             jax.ffi.register_ffi_target(name, capsule, platform=_XLA_PLATFORM[platform])
         out[platform] = out.get(platform, frozenset()) | frozenset(targets)
@@ -56,8 +35,7 @@ def registered_targets() -> dict[str, frozenset[str]]:
 
 
 def has_target(name: str, platform: str) -> bool:
-    """Whether the extension was built with the FFI target `name` for `platform` (and, for a
-    gated target, it was enabled: see the module docstring)."""
+    """Whether the extension was built with the FFI target `name` for `platform`."""
     return name in registered_targets().get(platform, frozenset())
 
 

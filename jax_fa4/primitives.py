@@ -90,16 +90,7 @@ def _check_target(name: str, platform: str) -> None:
                 "installed), so it cannot run on this GPU. Reinstall it where the CUDA toolkit "
                 "(nvcc 12.4+) is on PATH, or run on the CPU with jax.default_device"
             )
-        raise NotImplementedError(
-            f"jax_fa4 has no {platform} kernel for {name!r} yet"
-            + (
-                " (the Hopper backward kernel is built but not enabled until it passes its GPU "
-                "tests: jax.grad of jax_fa4.attention runs on the CPU only for now; use "
-                "jax.nn.dot_product_attention to train on GPU)"
-                if "bwd" in name
-                else ""
-            )
-        )
+        raise NotImplementedError(f"jax_fa4 has no {platform} kernel for {name!r}")
 
 
 def _check_sm90() -> None:

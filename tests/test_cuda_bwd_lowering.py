@@ -2,9 +2,7 @@
 
 jax_fa4_bwd_cuda takes its float32 workspace as a 4th, uint8 result of the custom call (sized by
 the extension's cuda_bwd_workspace_bytes, the C++ formula the handler checks against), which the
-lowering drops. The target is registered only under JAX_FA4_UNVERIFIED_CUDA_BWD=1 until the GPU
-tests pass (jax_fa4/_ffi.py), and the gate is read at import, so each case runs in a fresh
-interpreter with the variable set or removed.
+lowering drops. The export runs in a fresh interpreter with two host devices (for shard_map).
 """
 
 from __future__ import annotations
@@ -76,11 +74,8 @@ _SCRIPT = textwrap.dedent(
 )
 
 
-def _run(gate: bool) -> dict:
+def _run() -> dict:
     env = dict(os.environ)
-    env.pop(_ffi.UNVERIFIED_CUDA_BWD_ENV, None)
-    if gate:
-        env[_ffi.UNVERIFIED_CUDA_BWD_ENV] = "1"
     if "xla_force_host_platform_device_count" not in env.get("XLA_FLAGS", ""):
         env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
     proc = subprocess.run(
@@ -101,8 +96,8 @@ def _workspace_elems(types: list[str]) -> int:
     return int(m.group(1))
 
 
-def test_gated_cuda_backward_has_a_workspace_result_of_the_extensions_size():
-    out = _run(gate=True)
+def test_cuda_backward_has_a_workspace_result_of_the_extensions_size():
+    out = _run()
     assert out["has_target"] is True
     assert "error" not in out, out.get("error")
     b, sq, sk, hq, hkv, d = SHAPE
@@ -120,12 +115,6 @@ def test_gated_cuda_backward_has_a_workspace_result_of_the_extensions_size():
         assert nbytes == _ffi.cuda_bwd_workspace_bytes(batch, sq, hq, d), case
         # At least the float32 dQ accumulator, lse*log2e and delta' of the unpadded rows.
         assert nbytes >= 4 * batch * hq * sq * (d + 2), case
-
-
-def test_cuda_backward_without_the_gate_is_a_trace_time_error():
-    out = _run(gate=False)
-    assert out["has_target"] is False
-    assert "built but not enabled" in out.get("error", ""), out
 
 
 def test_workspace_bytes_come_from_the_extension():

@@ -24,6 +24,12 @@ def assert_close_by_rule(name: str, got, oracle, baseline, dtype) -> float:
     dtypes, eight for float32 (where plain XLA's tree-shaped sums can be nearly exact and a blocked
     online softmax legitimately differs by a few ulps of summation order).
 
+    The magnitude the floor is taken at is at least 1e-2: a gradient that is exactly zero by
+    cancellation (dq with one key: dS = P * (dP - rowsum(dO * O)) = 0) comes out of any fused
+    backward as float32 rounding of the cancelling terms (~3e-6 at head dim 256, fp16, seen on the
+    H200), while plain XLA happens to cancel exactly, so "2x XLA's error" alone would demand an
+    exact zero. Non-degenerate gradients are ~1 in these tests and are unaffected.
+
     Infinite entries (lse of a row that sees no key) must match exactly. Returns the error ratio.
     """
     got = np.asarray(got, np.float64)
@@ -38,7 +44,7 @@ def assert_close_by_rule(name: str, got, oracle, baseline, dtype) -> float:
     base = max_abs_err(baseline, oracle)
     scale = float(np.abs(oracle).max()) if oracle.size else 0.0
     ulps = 1.0 if jnp.dtype(dtype).itemsize == 2 else 8.0
-    floor = ulps * float(jnp.finfo(dtype).eps) * max(scale, 1e-3)
+    floor = ulps * float(jnp.finfo(dtype).eps) * max(scale, 1e-2)
     bound = 2.0 * base + floor
     ratio = err / bound if bound > 0 else 0.0
     WORST.append((ratio, name))

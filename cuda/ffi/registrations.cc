@@ -25,21 +25,15 @@ nb::dict Registrations() {
   cpu["jax_fa4_fwd_cpu"] = EncapsulateFfiHandler(Fa4FwdCpu);
   cpu["jax_fa4_bwd_cpu"] = EncapsulateFfiHandler(Fa4BwdCpu);
   nb::dict cuda;
-  nb::dict cuda_unverified;
 #ifdef JAX_FA4_WITH_CUDA
   cuda["jax_fa4_fwd_cuda"] = EncapsulateFfiHandler(Fa4FwdCuda);
-  // Fa4BwdCuda is not enabled by default yet. Its kernels passed the standalone check on an H200,
-  // but through JAX it failed: its workspace came from XLA's FFI ScratchAllocator, which refused
-  // even 34 KB there. The workspace is now an extra uint8 result of the custom call, which has not
-  // run on a GPU yet. jax_fa4/_ffi.py registers "cuda_unverified" only under
-  // JAX_FA4_UNVERIFIED_CUDA_BWD=1 (for tests/gpu/test_bwd_cuda.py); otherwise jax.grad on a GPU
-  // raises a clear NotImplementedError at trace time. Once the GPU tests pass, move it into "cuda".
-  cuda_unverified["jax_fa4_bwd_cuda"] = EncapsulateFfiHandler(Fa4BwdCuda);
+  // The backward's float32 workspace is a 4th (uint8) result of the custom call, not XLA's FFI
+  // ScratchAllocator: that allocator refused even 34 KB on the H200 (NOTES.md, bwd log).
+  cuda["jax_fa4_bwd_cuda"] = EncapsulateFfiHandler(Fa4BwdCuda);
 #endif
   nb::dict out;
   out["cpu"] = cpu;
   out["cuda"] = cuda;
-  out["cuda_unverified"] = cuda_unverified;
   return out;
 }
 
@@ -48,8 +42,7 @@ nb::dict Registrations() {
 NB_MODULE(_jax_fa4_ext, m) {
   m.doc() = "jax_fa4 XLA FFI handlers (CPU always, Hopper CUDA when built with nvcc)";
   m.def("registrations", &Registrations,
-        "{platform: {target_name: capsule}} for jax.ffi.register_ffi_target; 'cuda_unverified' holds "
-        "CUDA targets that jax_fa4/_ffi.py registers only on request (JAX_FA4_UNVERIFIED_CUDA_BWD=1)");
+        "{platform: {target_name: capsule}} for jax.ffi.register_ffi_target");
 #ifdef JAX_FA4_WITH_CUDA
   m.attr("built_with_cuda") = true;
   m.def(

@@ -127,10 +127,12 @@ struct BwdTile {
   }
 };
 
-// The variant the library (bwd_hd*.cu) builds; the standalone harness builds the others too.
-constexpr int kBwdDefaultVariant = 0;
+// The variant the library (bwd_hd*.cu) builds for each head dim; the standalone harness builds the
+// others too. V3 (PipelineScores + DqViaTma) measured fastest at hd64/hd128 on the H200 (NOTES.md,
+// "bwd v2 on the H200": +17-28% over V0); hd256 has no DqViaTma and its V1 was slower than V0.
+constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 0 : 3; }
 
-template <int HeadDim, int Variant = kBwdDefaultVariant>
+template <int HeadDim, int Variant = bwd_default_variant(HeadDim)>
 struct BwdConfig;
 
 // hd64 (FA3's 128 x 128): S^T slices are 64 x 128 (64 accumulator registers each for S and dP),

@@ -910,7 +910,7 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
   return {};
 }
 
-template <int HeadDim, int Variant = kBwdDefaultVariant>
+template <int HeadDim, int Variant = bwd_default_variant(HeadDim)>
 std::string launch_bwd_head_dim(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
   using Cfg = BwdConfig<HeadDim, Variant>;
   if (p.dtype == BwdDtype::kBf16) {

@@ -5,13 +5,6 @@ fa4_bwd_p -> "jax_fa4_bwd_cuda"), against the float64 oracle's gradients by the 
 Output poisoning: XLA owns the output buffers, so before each call we allocate and free NaN-filled
 arrays of the gradients' sizes (the allocator tends to hand the same memory back), and every
 gradient element is checked to be finite. tests/gpu/cuda/bwd_kernel_check.cu poisons for certain.
-
-The target is not enabled by default until these tests pass on an H200 (jax_fa4/_ffi.py's
-docstring). Run them with the gate on, as cuda/hopper/run_bwd_check.sh does:
-
-    JAX_FA4_UNVERIFIED_CUDA_BWD=1 pytest tests/gpu/test_bwd_cuda.py
-
-Without it every test here is an expected failure (the trace-time NotImplementedError).
 """
 
 from __future__ import annotations
@@ -27,19 +20,9 @@ from tolerance import WORST, assert_close_by_rule, random_qkv
 import jax_fa4
 from jax_fa4 import _ffi
 
-pytestmark = [
-    pytest.mark.skipif(
-        jax.devices()[0].platform != "gpu", reason="needs a GPU (these test the Hopper CUDA kernel)"
-    ),
-    # The handler is built but registered only under JAX_FA4_UNVERIFIED_CUDA_BWD=1 (see
-    # cuda/ffi/registrations.cc): without it every gradient here must fail with the trace-time
-    # NotImplementedError, and nothing else; with it the tests run for real (no xfail).
-    pytest.mark.xfail(
-        not _ffi.has_target("jax_fa4_bwd_cuda", "cuda"),
-        reason="jax_fa4_bwd_cuda not enabled: set JAX_FA4_UNVERIFIED_CUDA_BWD=1 to test it",
-        raises=NotImplementedError,
-    ),
-]
+pytestmark = pytest.mark.skipif(
+    jax.devices()[0].platform != "gpu", reason="needs a GPU (these test the Hopper CUDA kernel)"
+)
 
 HEAD_DIMS = [64, 128, 256]
 DTYPES = [jnp.bfloat16, jnp.float16]

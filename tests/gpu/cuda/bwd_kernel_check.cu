@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "hopper/bwd_config.cuh"
 #include "hopper/bwd_launch.h"
 #include "check_util.h"
 
@@ -32,12 +33,12 @@ using fa4::hopper::BwdDtype;
 using fa4::hopper::BwdProblem;
 using fa4::hopper::BwdWorkspace;
 
-// Kernel variants (cuda/hopper/bwd_config.cuh: bit 0 PipelineScores, bit 1 DqViaTma). Variant 0 is
-// the library's kernel (bf16 and fp16); the others are built for bf16 only, and hd256 has no
-// DqViaTma (2, 3).
+// Kernel variants (cuda/hopper/bwd_config.cuh: bit 0 PipelineScores, bit 1 DqViaTma). The library's
+// variant for a head dim (bwd_default_variant) is built for bf16 and fp16; the others for bf16
+// only, and hd256 has no DqViaTma (2, 3).
 static int g_variant = 0;
 static bool variant_built(int d, bool bf16, int v) {
-  if (v == 0) return true;
+  if (v == fa4::hopper::bwd_default_variant(d)) return true;
   return bf16 && v >= 0 && v <= 3 && (d != 256 || v <= 1);
 }
 static std::string dispatch_variant(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {

@@ -460,7 +460,7 @@ def check_dq_tile(cfg: Cfg) -> list[str]:
     written = np.zeros(BM * D, dtype=int)
     for c in range(cfg.W):
         qs, ds = c % cfg.dq_row_slices, c // cfg.dq_row_slices
-        piece = dq[64 * qs:64 * qs + 64, ds * cfg.dq_cols:(ds + 1) * cfg.dq_cols]
+        piece = dq[64 * qs : 64 * qs + 64, ds * cfg.dq_cols : (ds + 1) * cfg.dq_cols]
         regs = scatter_acc(piece)
         for t in range(128):
             for u in range(cfg.dq_cols // 4):
@@ -473,7 +473,7 @@ def check_dq_tile(cfg: Cfg) -> list[str]:
                     written[off + e] += 1
         for w in range(4):
             for u in range(cfg.dq_cols // 4):
-                offs = [dq_frag_offset(cfg, c, 32 * w + l, 2 * u) for l in range(32)]
+                offs = [dq_frag_offset(cfg, c, 32 * w + ln, 2 * u) for ln in range(32)]
                 if offs != list(range(offs[0], offs[0] + 64, 2)):
                     errs.append(f"hd{D}: warp {w} pair {u} of c={c} not 256 contiguous bytes")
     if (written != 1).any():
@@ -481,7 +481,7 @@ def check_dq_tile(cfg: Cfg) -> list[str]:
     for row in range(BM):
         for col in range(0, D, 8):
             o = dq_accum_offset(cfg, row, col)
-            if not np.array_equal(tile[o:o + 8], dq[row, col:col + 8]):
+            if not np.array_equal(tile[o : o + 8], dq[row, col : col + 8]):
                 errs.append(f"hd{D}: postprocess read of row {row} cols {col}..{col + 7}")
     if cfg.BM * cfg.D * 4 % 16:
         errs.append(f"hd{D}: tile bytes not a multiple of 16")
@@ -497,7 +497,8 @@ def main():
         e2 = check_tiling(cfg, rng)
         print(f"hd{d}: tiling {'ok' if not e2 else 'FAIL'}")
         e3 = check_dq_tile(cfg)
-        print(f"hd{d}: DqViaTma fragment-order dQ tile {'ok' if not e3 else 'FAIL'}" + (" (n/a)" if d == 256 else ""))
+        na = " (n/a)" if d == 256 else ""
+        print(f"hd{d}: DqViaTma fragment-order dQ tile {'ok' if not e3 else 'FAIL'}" + na)
         errs += e1 + e2 + e3
     for e in errs:
         print("  ", e)

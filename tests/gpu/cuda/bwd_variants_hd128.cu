@@ -1,5 +1,5 @@
 // The standalone harness's extra backward kernel variants for head dim 128 (bf16 only; the library,
-// cuda/hopper/bwd_hd128.cu, builds kBwdDefaultVariant for bf16 and fp16). Not part of the pip build:
+// cuda/hopper/bwd_hd128.cu, builds bwd_default_variant(128) for bf16 and fp16). Not part of the pip build:
 // CMake globs cuda/hopper/*.cu only. Variant bits: 1 = PipelineScores, 2 = DqViaTma (bwd_config.cuh).
 #include "hopper/bwd_kernel.cuh"
 
@@ -8,7 +8,7 @@ namespace {
 // The default variant is the library's instantiation (bf16 and fp16, bwd_hd128.cu); not built twice.
 template <int V>
 std::string run(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
-  if constexpr (V == kBwdDefaultVariant) {
+  if constexpr (V == bwd_default_variant(128)) {
     return launch_bwd_hd128(p, ws, stream);
   } else {
     return launch_bwd_head_dim_bf16<128, V>(p, ws, stream);
