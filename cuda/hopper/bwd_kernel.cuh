@@ -27,10 +27,16 @@
 // registers for those two products; dQ needs dS with keys as the reduction dimension, which is
 // exactly dS^T stored row by row (an MN-major A operand), so no transpose is ever done.
 //
-// Determinism: the float32 red.global adds into dQ arrive in an order set by the hardware. A
-// deterministic mode would order them per dQ tile (a semaphore per (batch, head, query block)
-// counting the key blocks that have added, FA3's approach); the adds are in one place
-// (add_dq_tile) so the semaphore wait/signal can wrap it.
+// Determinism: the float32 red.global adds into dQ arrive in an order set by the hardware, so dq
+// can differ in its last bits between runs (dk and dv never do: one CTA sums them in registers in
+// a fixed order). With args.deterministic (a runtime flag: one instantiation serves both modes)
+// the adds of each (batch, q head, query block m) are ordered by key block, FA3's scheme: an int32
+// semaphore per (batch, q head, query block), zeroed with dq_accum, counts the key blocks that
+// have added; key block n waits until it equals n, adds its whole tile (every dq piece of both
+// warpgroups), fences, and stores n + 1 (dq_tile_wait / dq_tile_signal). The key blocks that
+// visit m are exactly n = 0 .. n_last(m) (bwd_m_range's first query block never decreases with
+// n), so n is its rank. CTAs are launched in key-block order (grid x), so a CTA only ever waits
+// for one that started before it: no deadlock.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -48,6 +54,7 @@
 #include "hopper/global_reduce.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/pipeline.cuh"
+#include "hopper/release_acquire.cuh"
 #include "hopper/sync.cuh"
 #include "hopper/tensor_map.h"
 #include "hopper/tma.cuh"
@@ -58,6 +65,7 @@ namespace fa4::hopper {
 
 struct BwdArgs {
   float* dq_accum;     // [batch, heads_q, seq_q_pad, head_dim], zeroed before the main kernel
+  int* dq_sem;         // [batch, heads_q, seq_q_pad / 64], zeroed with dq_accum (deterministic mode)
   const float* lse2;   // [batch, heads_q, seq_q_pad]: lse * log2(e); +inf where P must be 0
   const float* delta;  // [batch, heads_q, seq_q_pad]: rowsum(dO * O) - dlse; 0 in the padding
   void* dk;            // [batch, seq_k, heads_kv, head_dim], q's dtype
@@ -66,15 +74,18 @@ struct BwdArgs {
   int group;           // heads_q / heads_kv
   float scale_log2;    // softmax_scale * log2(e)
   float softmax_scale;
+  bool deterministic;  // order the dQ adds of each query block by key block (bitwise repeatable dq)
 };
 
 template <class T> struct BwdMmaTag;
 template <> struct BwdMmaTag<__nv_bfloat16> { using type = Bf16; };
 template <> struct BwdMmaTag<__half> { using type = F16; };
 
-// Named barrier ids (0 is __syncthreads): both consumer warpgroups, once per step, after P^T/dS^T
-// are in shared memory.
+// Named barrier ids (0 is __syncthreads), each over both consumer warpgroups: kBwdBarPds once per
+// step, after P^T/dS^T are in shared memory; kBwdBarDq twice per step in deterministic mode only,
+// around the dQ adds (dq_tile_wait, dq_tile_signal).
 constexpr uint32_t kBwdBarPds = 1;
+constexpr uint32_t kBwdBarDq = 2;
 constexpr uint32_t kBwdConsumerThreads = 256;
 
 template <class T>
@@ -237,6 +248,26 @@ __device__ __forceinline__ void add_dq_tile(float* dq_rows, const float (&dq)[N 
   }
 }
 
+// Deterministic mode, before this CTA's dQ adds to one query block: one thread spins until the
+// block's semaphore says that every earlier key block (rank < n) has added, then both consumer
+// warpgroups pass a barrier. The acquire load plus the barrier order every later red.global of
+// the CTA after the previous key block's adds.
+__device__ __forceinline__ void dq_tile_wait(const int* sem, int rank, bool spinner) {
+  if (spinner) {
+    while (ld_acquire_gpu(sem) != rank) {
+    }
+  }
+  named_barrier_sync(kBwdBarDq, kBwdConsumerThreads);
+}
+
+// After them: every thread makes its own adds visible at GPU scope, both warpgroups meet, and one
+// thread hands the block to the next key block (rank + 1) with a release store.
+__device__ __forceinline__ void dq_tile_signal(int* sem, int rank, bool signaller) {
+  __threadfence();
+  named_barrier_sync(kBwdBarDq, kBwdConsumerThreads);
+  if (signaller) st_release_gpu(sem, rank + 1);
+}
+
 // Writes a 64 x dkv_cols accumulator (rows [n0 + 64r, ...) of one kv head, columns [col0, ...))
 // times `scale` to [batch, seq_k, heads_kv, head_dim]; rows past seq_k are dropped.
 template <class T, class Cfg>
@@ -303,6 +334,11 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
   const int key_row0 = n0 + 64 * r + 16 * warp + lane / 4;
   const int col_in_slice = 2 * (lane % 4);
   int step = 0;
+
+  // Deterministic mode: this CTA's rank among the key blocks adding to a query block (see the
+  // header comment), and the one consumer thread that waits on and signals the semaphores.
+  const int dq_rank = int(blockIdx.x);
+  const bool dq_sem_thread = c == 0 && elected;
 
   for (int g = 0; any && g < args.group; ++g) {
     const int head = kv_head * args.group + g;
@@ -413,6 +449,12 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
       q.advance();
       dO.advance();
 
+      // Deterministic mode: semaphore of (batch, head, query block m), pad / 64 per (batch, head).
+      int* dq_sem = nullptr;
+      if (args.deterministic) {
+        dq_sem = args.dq_sem + (int64_t(batch) * args.heads_q + head) * (args.seq_q_pad / 64) + m;
+        dq_tile_wait(dq_sem, dq_rank, dq_sem_thread);
+      }
       add_dq_tile<Cfg, kPieceCols>(dq_rows, dq, m0 + 64 * qs, dq_col0, warp, lane);
 #pragma unroll
       for (int piece = 1; piece < Cfg::dq_pieces(); ++piece) {
@@ -424,6 +466,7 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
         fence_regs(dq);
         add_dq_tile<Cfg, kPieceCols>(dq_rows, dq, m0 + 64 * qs, dq_col0 + piece * kPieceCols, warp, lane);
       }
+      if (args.deterministic) dq_tile_signal(dq_sem, dq_rank, dq_sem_thread);
     }
   }
 
@@ -585,7 +628,10 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
     return std::string("backward ") + what + " failed: " + cudaGetErrorString(err);
   };
 
-  e = cudaMemsetAsync(ws.dq_accum, 0, size_t(p.batch) * p.heads_q * pad * D * sizeof(float), stream);
+  // dq_accum and the dq semaphores that follow it (bwd_workspace.h), in one memset.
+  const size_t zero_bytes = size_t(reinterpret_cast<char*>(ws.dq_sem + p.batch * p.heads_q * (pad / kBwdSemRows)) -
+                                   reinterpret_cast<char*>(ws.dq_accum));
+  e = cudaMemsetAsync(ws.dq_accum, 0, zero_bytes, stream);
   if (e != cudaSuccess) return fail("dq_accum memset", e);
   {
     const int64_t rows = p.batch * p.heads_q * pad;
@@ -605,6 +651,7 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
 
     BwdArgs args;
     args.dq_accum = ws.dq_accum;
+    args.dq_sem = ws.dq_sem;
     args.lse2 = ws.lse2;
     args.delta = ws.delta;
     args.dk = p.dk;
@@ -617,12 +664,14 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
     args.group = int(p.heads_q / p.heads_kv);
     args.softmax_scale = p.softmax_scale;
     args.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+    args.deterministic = p.deterministic;
 
     auto kernel = bwd_kernel<T, Cfg, Causal>;
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
     if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
     // Key blocks in index order: under a causal mask block 0 sees the most queries, so the
-    // longest CTAs start first.
+    // longest CTAs start first. Deterministic mode relies on this order (grid x = key block,
+    // fastest-varying): a CTA waits only on key blocks of lower index, launched before it.
     const dim3 grid(unsigned((p.seq_k + Cfg::block_n() - 1) / Cfg::block_n()), unsigned(p.heads_kv),
                     unsigned(p.batch));
     kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, tdo, args);
