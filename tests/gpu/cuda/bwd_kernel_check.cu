@@ -1,8 +1,12 @@
 // Standalone check of the Hopper backward kernels, no JAX involved: random q, k, v, dO and lse
 // cotangent, the forward's o and lse from a float64 CPU forward, outputs (and the workspace)
-// poisoned with NaN before each launch, dq/dk/dv compared with a float64 CPU backward. Then
-// (--bench) kernel-only timings of the whole backward (preprocess + main + postprocess) on the
-// FlashAttention-3 grid. Build (on the GPU machine; see cuda/hopper/run_bwd_check.sh):
+// poisoned with NaN before each launch, dq/dk/dv compared with a float64 CPU backward; every case
+// runs twice in the default mode (dk, dv must repeat bitwise) and twice with deterministic = true
+// (dq, dk, dv must all repeat bitwise, and pass the same tolerance). Then (--bench) kernel-only
+// timings of the whole backward (preprocess + main + postprocess) on the FlashAttention-3 grid;
+// --deterministic-bench times the deterministic mode beside the default in each cell. A hang in
+// the deterministic mode (a semaphore never reaching its value) shows as a timeout of the whole
+// binary (run_bwd_check.sh runs it under `timeout`). Build (on the GPU machine; see cuda/hopper/run_bwd_check.sh):
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda \
 //        -Xcompiler -fopenmp tests/gpu/cuda/bwd_kernel_check.cu cuda/hopper/bwd_*.cu \
 //        cuda/hopper/tensor_map.cu -o bwd_check
@@ -126,8 +130,9 @@ static Err compare(const std::vector<uint16_t>& got, const std::vector<double>& 
   return e;
 }
 
-// Returns true on pass.
-static bool run_case(const Case& c, uint64_t seed, double* worst_ratio) {
+// Runs one case in both modes (default, then deterministic), two launches each; returns the number
+// of failed modes (0, 1 or 2).
+static int run_case(const Case& c, uint64_t seed, double* worst_ratio) {
   const size_t nq = size_t(c.b) * c.sq * c.hq * c.d, nk = size_t(c.b) * c.sk * c.hkv * c.d;
   const size_t nlse = size_t(c.b) * c.hq * c.sq;
   std::mt19937_64 rng(seed);
@@ -180,69 +185,110 @@ static bool run_case(const Case& c, uint64_t seed, double* worst_ratio) {
 
   BwdProblem p{dq_in, dk_in, dv_in, o_in, lse_in, do_in, dlse_in, dq, dk, dv,
                c.b,   c.sq,  c.sk,  c.hq, c.hkv,  c.d,   c.bf16 ? BwdDtype::kBf16 : BwdDtype::kF16,
-               float(scale), c.causal};
+               float(scale), c.causal, false};
   const size_t ws_bytes = fa4::hopper::bwd_workspace_bytes(p);
   void* ws_mem = dev(ws_bytes);
   const BwdWorkspace ws = fa4::hopper::bwd_workspace_from(ws_mem, p);
 
-  std::vector<uint16_t> gq[2], gk[2], gv[2];
-  for (int run = 0; run < 2; ++run) {
-    // Poison: 0xFFFF is NaN in bf16 and fp16; the workspace too (0xFFFFFFFF is a float NaN).
-    CHECK_CUDA(cudaMemset(dq, 0xFF, std::max<size_t>(nq * 2, 16)));
-    CHECK_CUDA(cudaMemset(dk, 0xFF, std::max<size_t>(nk * 2, 16)));
-    CHECK_CUDA(cudaMemset(dv, 0xFF, std::max<size_t>(nk * 2, 16)));
-    CHECK_CUDA(cudaMemset(ws_mem, 0xFF, std::max<size_t>(ws_bytes, 16)));
-    std::string err = fa4::hopper::launch_bwd(p, ws, 0);
-    if (!err.empty()) {
-      std::printf("FAIL %s: launch error: %s\n", describe(c).c_str(), err.c_str());
-      return false;
+  int failed = 0;
+  for (int det = 0; det < 2; ++det) {
+    p.deterministic = det != 0;
+    std::vector<uint16_t> gq[2], gk[2], gv[2];
+    for (int run = 0; run < 2; ++run) {
+      // Poison: 0xFFFF is NaN in bf16 and fp16; the workspace too (0xFFFFFFFF is a float NaN).
+      CHECK_CUDA(cudaMemset(dq, 0xFF, std::max<size_t>(nq * 2, 16)));
+      CHECK_CUDA(cudaMemset(dk, 0xFF, std::max<size_t>(nk * 2, 16)));
+      CHECK_CUDA(cudaMemset(dv, 0xFF, std::max<size_t>(nk * 2, 16)));
+      CHECK_CUDA(cudaMemset(ws_mem, 0xFF, std::max<size_t>(ws_bytes, 16)));
+      std::string err = fa4::hopper::launch_bwd(p, ws, 0);
+      if (!err.empty()) {
+        std::printf("FAIL %s%s: launch error: %s\n", describe(c).c_str(), det ? " det" : "", err.c_str());
+        return 2;
+      }
+      cudaError_t e = cudaDeviceSynchronize();
+      if (e != cudaSuccess) {
+        std::printf("FAIL %s%s: kernel error %s\n", describe(c).c_str(), det ? " det" : "",
+                    cudaGetErrorString(e));
+        std::exit(2);  // the context is gone
+      }
+      gq[run].resize(nq);
+      gk[run].resize(nk);
+      gv[run].resize(nk);
+      d2h(gq[run].data(), dq, nq * 2);
+      d2h(gk[run].data(), dk, nk * 2);
+      d2h(gv[run].data(), dv, nk * 2);
     }
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-      std::printf("FAIL %s: kernel error %s\n", describe(c).c_str(), cudaGetErrorString(e));
-      std::exit(2);  // the context is gone
-    }
-    gq[run].resize(nq);
-    gk[run].resize(nk);
-    gv[run].resize(nk);
-    d2h(gq[run].data(), dq, nq * 2);
-    d2h(gk[run].data(), dk, nk * 2);
-    d2h(gv[run].data(), dv, nk * 2);
-  }
+
+    // dK and dV come from registers of one CTA each: a second run must give the same bits (a moving
+    // result is a race). dQ is summed by float atomics in hardware order: not expected to repeat,
+    // except in the deterministic mode, where it must.
+    const bool kv_same = gk[0] == gk[1] && gv[0] == gv[1];
+    const bool q_same = gq[0] == gq[1];
+    const Err eq = compare(gq[0], ref.dq, c.bf16), ek = compare(gk[0], ref.dk, c.bf16),
+              ev = compare(gv[0], ref.dv, c.bf16);
+    // Relative to each gradient's largest magnitude, plus an absolute floor for gradients that are
+    // exactly 0 in float64 (seq 1 without dlse: dS = P (dP - delta) is pure float32 rounding noise,
+    // ~1e-5). P and dS are rounded to the input dtype before their MMAs, o is rounded too (delta),
+    // and the outputs once more: a numpy model of exactly that (tests/gpu/cuda/bwd_layout_check.py's
+    // tiling with rounding) gives 2.2e-3 .. 4.4e-3 (bf16) and 4e-4 .. 5e-4 (fp16) on 600 x 600
+    // shapes, so these bounds leave 3-5x; a layout or masking bug gives O(1e-2 .. 1).
+    const double tol = c.bf16 ? 1.5e-2 : 2.5e-3;
+    const double floor = 1e-4;
+    double ratio = 0;
+    for (const Err* e : {&eq, &ek, &ev}) ratio = std::max(ratio, e->max_err / (tol * e->max_ref + floor));
+    const bool pass =
+        eq.nonfinite + ek.nonfinite + ev.nonfinite == 0 && ratio <= 1.0 && kv_same && (q_same || !det);
+    failed += !pass;
+    *worst_ratio = std::max(*worst_ratio, ratio);
+    std::printf("%s %-62s%s rel err dq %.2e dk %.2e dv %.2e (tol %.0e) nonfinite %zu/%zu/%zu  dk,dv %s  dq %s\n",
+                pass ? "ok  " : "FAIL", describe(c).c_str(), det ? " det" : "    ",
+                eq.max_ref > 0 ? eq.max_err / eq.max_ref : eq.max_err,
+                ek.max_ref > 0 ? ek.max_err / ek.max_ref : ek.max_err,
+                ev.max_ref > 0 ? ev.max_err / ev.max_ref : ev.max_err,
+                tol, eq.nonfinite, ek.nonfinite, ev.nonfinite, kv_same ? "repeat" : "DIFFER ON RERUN",
+                q_same ? "repeats" : (det ? "DIFFERS ON RERUN (deterministic mode)" : "differs on rerun (atomics)"));
+  }  // det
   for (void* ptr : {dq_in, dk_in, dv_in, do_in, o_in, static_cast<void*>(lse_in), static_cast<void*>(dlse_in), dq,
                     dk, dv, ws_mem})
     cudaFree(ptr);
-
-  // dK and dV come from registers of one CTA each: a second run must give the same bits (a moving
-  // result is a race). dQ is summed by float atomics in hardware order: not expected to repeat.
-  const bool kv_same = gk[0] == gk[1] && gv[0] == gv[1];
-  const bool q_same = gq[0] == gq[1];
-  const Err eq = compare(gq[0], ref.dq, c.bf16), ek = compare(gk[0], ref.dk, c.bf16),
-            ev = compare(gv[0], ref.dv, c.bf16);
-  // Relative to each gradient's largest magnitude, plus an absolute floor for gradients that are
-  // exactly 0 in float64 (seq 1 without dlse: dS = P (dP - delta) is pure float32 rounding noise,
-  // ~1e-5). P and dS are rounded to the input dtype before their MMAs, o is rounded too (delta),
-  // and the outputs once more: a numpy model of exactly that (tests/gpu/cuda/bwd_layout_check.py's
-  // tiling with rounding) gives 2.2e-3 .. 4.4e-3 (bf16) and 4e-4 .. 5e-4 (fp16) on 600 x 600
-  // shapes, so these bounds leave 3-5x; a layout or masking bug gives O(1e-2 .. 1).
-  const double tol = c.bf16 ? 1.5e-2 : 2.5e-3;
-  const double floor = 1e-4;
-  double ratio = 0;
-  for (const Err* e : {&eq, &ek, &ev}) ratio = std::max(ratio, e->max_err / (tol * e->max_ref + floor));
-  const bool pass = eq.nonfinite + ek.nonfinite + ev.nonfinite == 0 && ratio <= 1.0 && kv_same;
-  *worst_ratio = std::max(*worst_ratio, ratio);
-  std::printf("%s %-62s rel err dq %.2e dk %.2e dv %.2e (tol %.0e) nonfinite %zu/%zu/%zu  dk,dv %s  dq %s\n",
-              pass ? "ok  " : "FAIL", describe(c).c_str(), eq.max_ref > 0 ? eq.max_err / eq.max_ref : eq.max_err,
-              ek.max_ref > 0 ? ek.max_err / ek.max_ref : ek.max_err, ev.max_ref > 0 ? ev.max_err / ev.max_ref : ev.max_err,
-              tol, eq.nonfinite, ek.nonfinite, ev.nonfinite, kv_same ? "repeat" : "DIFFER ON RERUN",
-              q_same ? "repeats" : "differs on rerun (atomics)");
-  return pass;
+  return failed;
 }
 
-static void bench(const std::vector<int>& seqs) {
+// Median of 10 timed launches (after 3 warm-up ones) of the whole backward, in ms.
+static double time_bwd(const BwdProblem& p, const BwdWorkspace& ws) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> ms;
+  for (int it = 0; it < 13; ++it) {
+    cudaEventRecord(e0);
+    std::string err = fa4::hopper::launch_bwd(p, ws, 0);
+    cudaEventRecord(e1);
+    if (!err.empty()) {
+      std::printf("launch error %s\n", err.c_str());
+      std::exit(3);
+    }
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t;
+    cudaEventElapsedTime(&t, e0, e1);
+    if (it >= 3) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms[ms.size() / 2];
+}
+
+// with_det: also time deterministic = true in each cell (same buffers), and the ratio.
+static void bench(const std::vector<int>& seqs, bool with_det) {
   std::printf("\nkernel-only backward timing (preprocess + main + postprocess), FA3 grid (bf16, 16k tokens, "
-              "hidden 2048), median of 10; TFLOP/s with backward FLOPs = 2.5 x forward\n");
-  std::printf("%5s %7s %6s %6s %10s %9s\n", "hd", "causal", "seq", "batch", "ms", "TFLOP/s");
+              "hidden 2048), median of 10; TFLOP/s with backward FLOPs = 2.5 x forward%s\n",
+              with_det ? "; det = deterministic mode, det/default = its time over the default's" : "");
+  if (with_det)
+    std::printf("%5s %7s %6s %6s %10s %9s %10s %9s %12s\n", "hd", "causal", "seq", "batch", "ms", "TFLOP/s",
+                "det ms", "det TF/s", "det/default");
+  else
+    std::printf("%5s %7s %6s %6s %10s %9s\n", "hd", "causal", "seq", "batch", "ms", "TFLOP/s");
   for (int d : {64, 128, 256}) {
     for (int causal = 0; causal < 2; ++causal) {
       for (int s : seqs) {
@@ -263,47 +309,35 @@ static void bench(const std::vector<int>& seqs) {
         CHECK_CUDA(cudaMemcpy(lse, hl.data(), hl.size() * 4, cudaMemcpyHostToDevice));
         CHECK_CUDA(cudaMemset(dlse, 0, hl.size() * 4));
         BwdProblem p{q, k, v, o, lse, dout, dlse, dq, dk, dv, b, s, s, h, h, d, BwdDtype::kBf16,
-                     1.f / std::sqrt(float(d)), causal != 0};
+                     1.f / std::sqrt(float(d)), causal != 0, false};
         void* ws_mem;
         CHECK_CUDA(cudaMalloc(&ws_mem, fa4::hopper::bwd_workspace_bytes(p)));
         const BwdWorkspace ws = fa4::hopper::bwd_workspace_from(ws_mem, p);
-        cudaEvent_t e0, e1;
-        cudaEventCreate(&e0);
-        cudaEventCreate(&e1);
-        std::vector<float> ms;
-        for (int it = 0; it < 13; ++it) {
-          cudaEventRecord(e0);
-          std::string err = fa4::hopper::launch_bwd(p, ws, 0);
-          cudaEventRecord(e1);
-          if (!err.empty()) {
-            std::printf("launch error %s\n", err.c_str());
-            std::exit(3);
-          }
-          CHECK_CUDA(cudaEventSynchronize(e1));
-          float t;
-          cudaEventElapsedTime(&t, e0, e1);
-          if (it >= 3) ms.push_back(t);
-        }
-        std::sort(ms.begin(), ms.end());
-        const double med = ms[ms.size() / 2];
+        const double med = time_bwd(p, ws);
         const double flops = 2.5 * 4.0 * b * h * double(s) * s * d / (causal ? 2 : 1);
-        std::printf("%5d %7s %6d %6d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, med, flops / med / 1e9);
+        if (with_det) {
+          p.deterministic = true;
+          const double det = time_bwd(p, ws);
+          std::printf("%5d %7s %6d %6d %10.4f %9.1f %10.4f %9.1f %12.3f\n", d, causal ? "yes" : "no", s, b, med,
+                      flops / med / 1e9, det, flops / det / 1e9, det / med);
+        } else {
+          std::printf("%5d %7s %6d %6d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, med, flops / med / 1e9);
+        }
         std::fflush(stdout);
         for (void* ptr : {q, k, v, o, dout, dq, dk, dv, static_cast<void*>(lse), static_cast<void*>(dlse), ws_mem})
           cudaFree(ptr);
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
       }
     }
   }
 }
 
 int main(int argc, char** argv) {
-  bool do_bench = false, do_check = true;
+  bool do_bench = false, do_check = true, det_bench = false;
   std::vector<int> seqs = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> only_d;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--bench")) do_bench = true;
+    if (!std::strcmp(argv[i], "--deterministic-bench")) do_bench = det_bench = true;
     if (!std::strcmp(argv[i], "--no-check")) do_check = false;
     if (!std::strcmp(argv[i], "--quick-bench")) seqs = {2048, 4096, 16384};
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
@@ -336,11 +370,13 @@ int main(int argc, char** argv) {
             c.bf16 = bf16;
             c.causal = causal;
             c.with_dlse = (seed % 2) == 0;
-            ++total;
-            failures += !run_case(c, seed++, &worst);
+            total += 2;  // default and deterministic mode
+            failures += run_case(c, seed++, &worst);
           }
-    std::printf("\n%d/%d cases passed; worst max-error / tolerance = %.3f\n", total - failures, total, worst);
+    std::printf("\n%d/%d cases passed (each shape in the default and the deterministic mode); worst max-error / "
+                "tolerance = %.3f\n",
+                total - failures, total, worst);
   }
-  if (do_bench) bench(seqs);
+  if (do_bench) bench(seqs, det_bench);
   return failures == 0 ? 0 : 1;
 }
