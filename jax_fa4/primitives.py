@@ -5,8 +5,8 @@ fa4_bwd_p(q, k, v, o, lse, do, dlse) -> (dq, dk, dv)
 
 q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv], o/do [b, sq, hq, dv], lse/dlse float32
 [b, hq, sq]. Parameters: softmax_scale (Python float, lowered as f64) and causal (bool, i1); the
-backward also deterministic (bool, i1: bitwise reproducible gradients; the CUDA kernel then orders
-its dQ adds, the CPU kernel always is and ignores it).
+backward also deterministic (bool, i1, default False when not bound: bitwise reproducible
+gradients; the CUDA kernel then orders its dQ adds, the CPU kernel always is and ignores it).
 Each primitive has an abstract evaluation, a lowering per platform to an XLA FFI target
 (jax_fa4_{fwd,bwd}_{cpu,cuda}; jax_fa4_bwd_cuda's custom call has a fourth result, its uint8
 device workspace, which the lowering drops) and a batching rule that folds the vmapped axis into
@@ -68,7 +68,7 @@ def _fwd_abstract_eval(q, k, v, *, softmax_scale: float, causal: bool):
 
 
 def _bwd_abstract_eval(
-    q, k, v, o, lse, do, dlse, *, softmax_scale: float, causal: bool, deterministic: bool
+    q, k, v, o, lse, do, dlse, *, softmax_scale: float, causal: bool, deterministic: bool = False
 ):
     del softmax_scale, causal, deterministic
     varying = _compat.union_varying_axes((q, k, v, o, lse, do, dlse))
@@ -158,7 +158,7 @@ def _lower(kind: str, platform: str):
             check_cuda_support(q_aval.dtype, q_aval.shape[3], v_aval.shape[3])
         params = dict(softmax_scale=float(softmax_scale), causal=bool(causal))
         if kind == "bwd":  # deterministic: the backward's only extra parameter
-            params["deterministic"] = bool(bwd_params.pop("deterministic"))
+            params["deterministic"] = bool(bwd_params.pop("deterministic", False))
         assert not bwd_params, f"unknown parameters of fa4_{kind}: {sorted(bwd_params)}"
         # Checks above run here, at lowering, never inside a partitioning callback (where an
         # exception can abort the process).
@@ -233,7 +233,7 @@ def _fwd_batch(args, dims, *, softmax_scale: float, causal: bool):
     return (_unfold_batch(o, size), _unfold_batch(lse, size)), (0, 0)
 
 
-def _bwd_batch(args, dims, *, softmax_scale: float, causal: bool, deterministic: bool):
+def _bwd_batch(args, dims, *, softmax_scale: float, causal: bool, deterministic: bool = False):
     size = _axis_size(args, dims)
     outs = fa4_bwd_p.bind(
         *_fold_into_batch(args, dims, size),

@@ -229,3 +229,20 @@ def test_flax_adapter_deterministic_backward():
     assert "deterministic=False" in jaxpr
     with pytest.raises(ValueError, match=r"deterministic_backward must be a Python bool; got int"):
         make_attention_fn(deterministic_backward=1)
+
+
+def test_binding_the_backward_primitive_without_the_flag_means_false():
+    """fa4_bwd_p is public: a bind without ``deterministic`` (code written before it existed)
+    still evaluates, lowers (attribute false) and batches."""
+    q, k, v = random_qkv(jax.random.key(8), 1, 16, 16, 2, 2, 32, 32, jnp.float32)
+    o, lse = jax_fa4.fa4_fwd_p.bind(q, k, v, softmax_scale=0.25, causal=False)
+
+    def bwd(q, k, v, o, lse):
+        return jax_fa4.fa4_bwd_p.bind(q, k, v, o, lse, o, lse, softmax_scale=0.25, causal=False)
+
+    text = jax.jit(bwd).lower(q, k, v, o, lse).as_text()
+    assert "deterministic = false" in text
+    stack = [jnp.stack([x, x]) for x in (q, k, v, o, lse)]
+    batched = jax.jit(jax.vmap(bwd))(*stack)
+    for a, e in zip(batched, bwd(q, k, v, o, lse), strict=True):
+        np.testing.assert_array_equal(np.asarray(a[1]), np.asarray(e))

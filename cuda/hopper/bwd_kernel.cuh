@@ -4,7 +4,8 @@
 // 1. bwd_preprocess: per query row, delta' = rowsum(dO * O) - dlse and lse2 = lse * log2(e), both
 //    float32 into padded [batch, heads_q, seq_q_pad] scratch rows (the padding and the rows that
 //    see no key get lse2 = +inf, delta' = 0, so they contribute exactly nothing: P = 2^-inf = 0).
-//    The float32 dQ accumulator is zeroed with cudaMemsetAsync before it.
+//    The float32 dQ accumulator (and the dq semaphores after it) is zeroed with cudaMemsetAsync
+//    before it.
 // 2. bwd_kernel: one CTA per (key block of block_n rows, kv head, batch); it loops over every q
 //    head of its GQA group and every query block (block_m rows) that sees its keys.
 //      warpgroup 0  producer: one thread loads K and V once, then streams (Q, lse2) and
@@ -257,6 +258,7 @@ __device__ __forceinline__ void dq_tile_wait(const int* sem, int rank, bool spin
     while (ld_acquire_gpu(sem) != rank) {
     }
   }
+  __syncwarp();  // the spinner's warp reconverges before the (aligned) bar.sync
   named_barrier_sync(kBwdBarDq, kBwdConsumerThreads);
 }
 
