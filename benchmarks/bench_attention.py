@@ -7,6 +7,10 @@ FlashAttention-3 grid: bf16, 16k tokens per batch (batch = 16384 // seq), hidden
 (heads = 2048 // head_dim), head dims 64/128/256, seq 512..16384, causal and not, forward and
 backward.
 
+``jax_fa4_det`` (opt-in, not in the default ``--impls``) is ``jax_fa4.attention(...,
+deterministic=True)``: the same forward, and the backward with its dQ adds ordered for bitwise
+reproducible gradients; its backward column next to jax_fa4's gives the cost of that mode.
+
 FLOPs are counted as FlashAttention does: forward 4*b*h*s*s*d, halved when causal; backward 2.5x
 the forward count. A cell's TFLOP/s is that count divided by the measured time per call.
 
@@ -56,7 +60,10 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.90")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-ALL_IMPLS = ("jax_fa4", "cudnn", "fa3", "xla")
+ALL_IMPLS = ("jax_fa4", "jax_fa4_det", "cudnn", "fa3", "xla")
+# --impls default: all but jax_fa4_det (its forward is jax_fa4's; ask for it to time the
+# deterministic backward).
+DEFAULT_IMPLS = tuple(i for i in ALL_IMPLS if i != "jax_fa4_det")
 # Implementations timed in the first pass; "xla" (slow, reference only) runs after all of them.
 SLOW_IMPLS = ("xla",)
 # The slow reference runs ~5x slower, so its chains hold 5x fewer FLOPs (shorter compiles, same
@@ -151,11 +158,13 @@ def environment() -> dict[str, Any]:
 
 def make_impl(name: str, causal: bool, head_dim: int) -> AttnFn:
     """The attention function of one implementation; raises (with a reason) if it cannot run."""
-    if name == "jax_fa4":
+    if name in ("jax_fa4", "jax_fa4_det"):
         import jax_fa4
 
+        det = name == "jax_fa4_det"
+
         def fa4(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
-            return jax_fa4.attention(q, k, v, causal=causal)
+            return jax_fa4.attention(q, k, v, causal=causal, deterministic=det)
 
         return fa4
     if name in ("cudnn", "xla"):
@@ -442,8 +451,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument(
         "--impls",
-        default=",".join(ALL_IMPLS),
-        help=f"comma-separated subset of {','.join(ALL_IMPLS)} (default: all)",
+        default=",".join(DEFAULT_IMPLS),
+        help=f"comma-separated subset of {','.join(ALL_IMPLS)} (default: all but jax_fa4_det)",
     )
     p.add_argument("--head-dims", default=None, help="comma-separated (default 64,128,256)")
     p.add_argument(

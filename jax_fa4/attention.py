@@ -12,24 +12,35 @@ from jax_fa4.primitives import fa4_bwd_p, fa4_fwd_p
 from jax_fa4.validation import check_flag, check_qkv, check_softmax_scale
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _attention_core(q, k, v, softmax_scale: float, causal: bool):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _attention_core(q, k, v, softmax_scale: float, causal: bool, deterministic: bool):
+    del deterministic  # a backward-only option
     o, lse = fa4_fwd_p.bind(q, k, v, softmax_scale=softmax_scale, causal=causal)
     return o, lse
 
 
-def _attention_core_fwd(q, k, v, softmax_scale, causal):
+def _attention_core_fwd(q, k, v, softmax_scale, causal, deterministic):
+    del deterministic
     o, lse = fa4_fwd_p.bind(q, k, v, softmax_scale=softmax_scale, causal=causal)
     return (o, lse), (q, k, v, o, lse)
 
 
-def _attention_core_bwd(softmax_scale, causal, residuals, cotangents):
+def _attention_core_bwd(softmax_scale, causal, deterministic, residuals, cotangents):
     q, k, v, o, lse = residuals
     do, dlse = cotangents
     do = jnp.asarray(do, o.dtype)
     dlse = jnp.asarray(dlse, jnp.float32)
     dq, dk, dv = fa4_bwd_p.bind(
-        q, k, v, o, lse, do, dlse, softmax_scale=softmax_scale, causal=causal
+        q,
+        k,
+        v,
+        o,
+        lse,
+        do,
+        dlse,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        deterministic=deterministic,
     )
     return dq, dk, dv
 
@@ -45,6 +56,7 @@ def attention(
     causal: bool = False,
     softmax_scale: float | None = None,
     return_lse: bool = False,
+    deterministic: bool = False,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Scaled dot-product attention, FlashAttention-style (never materialises the score matrix).
 
@@ -59,6 +71,13 @@ def attention(
       softmax_scale: multiplies ``q . k``; default ``1 / sqrt(head_dim)``.
       return_lse: also return the log-sum-exp of the scaled scores (natural log), float32
         ``[batch, heads_q, seq_q]``; it is differentiable too.
+      deterministic: make the backward bitwise reproducible: the same inputs give the same dq,
+        dk and dv bits on every run (same device, same shapes). The forward always is, and so
+        are dk and dv; only the GPU kernel's dq is summed by float32 atomics whose order the
+        hardware picks, and ``True`` orders those adds (key block by key block, per query block;
+        a semaphore in the workspace), at some cost in backward speed, to be measured on the
+        H200. On the CPU the backward is always deterministic and this flag changes nothing.
+        The values are as accurate either way (only the summation order is fixed).
 
     Returns:
       ``o`` ``[batch, seq_q, heads_q, head_dim_v]`` in q's dtype, or ``(o, lse)``.
@@ -74,6 +93,7 @@ def attention(
     scale = check_softmax_scale(softmax_scale, dims.head_dim)
     causal = check_flag("causal", causal)
     return_lse = check_flag("return_lse", return_lse)
+    deterministic = check_flag("deterministic", deterministic)
     if dims.seq_k == 0 or dims.batch * dims.seq_q * dims.heads_q == 0:
         # Nothing to attend to (or nothing to compute): the exact answer, no kernel launch.
         o = jnp.zeros((dims.batch, dims.seq_q, dims.heads_q, dims.head_dim_v), q.dtype)
@@ -83,5 +103,5 @@ def attention(
         # Inside shard_map(check_vma=True): give q, k, v the union of their varying manual axes
         # first, so that the gradient of an operand replicated over an axis is summed over it.
         q, k, v = _compat.match_varying_axes(q, k, v)
-        o, lse = _attention_core(q, k, v, scale, causal)
+        o, lse = _attention_core(q, k, v, scale, causal, deterministic)
     return (o, lse) if return_lse else o

@@ -28,6 +28,11 @@ what to use instead; no argument is dropped silently:
 - custom einsums (linen's ``qk_attn_weights_einsum`` / ``attn_weights_value_einsum`` /
   ``einsum_dot_general``, as used for quantisation) and dot algorithms given as ``precision``.
 
+Flax's ``deterministic`` call argument means "no dropout" and is unrelated to the kernel's
+bitwise-reproducible backward; for the latter make the function with
+``make_attention_fn(deterministic_backward=True)`` (:func:`jax_fa4.attention`'s
+``deterministic``).
+
 ``precision`` given as ``None``, a ``jax.lax.Precision`` (or its name) or a pair of them is
 accepted: the kernel multiplies in the input dtype and accumulates in float32, at least as precise
 as any of those levels. ``force_fp32_for_softmax`` is accepted for the same reason (the softmax is
@@ -189,10 +194,13 @@ class FlashAttentionFn:
       causal: apply a causal mask, jax_fa4's semantics: with ``seq_q != seq_k`` it is aligned to
         the bottom-right corner (query ``i`` sees keys ``j <= i + seq_k - seq_q``).
       softmax_scale: multiplies ``q . k``; None means ``1 / sqrt(head_dim)``, as Flax does.
+      deterministic_backward: bitwise reproducible gradients (:func:`jax_fa4.attention`'s
+        ``deterministic``); not Flax's ``deterministic`` call argument, which is about dropout.
     """
 
     causal: bool = False
     softmax_scale: float | None = None
+    deterministic_backward: bool = False
 
     def __call__(
         self,
@@ -285,12 +293,22 @@ class FlashAttentionFn:
                 "function with make_attention_fn(causal=True) for the bottom-right alignment, or "
                 f"use {_DEFAULT_ATTENTION_HINT}"
             )
-        o = attention(q, k, v, causal=self.causal or is_causal, softmax_scale=self.softmax_scale)
+        o = attention(
+            q,
+            k,
+            v,
+            causal=self.causal or is_causal,
+            softmax_scale=self.softmax_scale,
+            deterministic=self.deterministic_backward,
+        )
         return o.reshape((*batch, *o.shape[1:]))
 
 
 def make_attention_fn(
-    causal: bool = False, *, softmax_scale: float | None = None
+    causal: bool = False,
+    *,
+    softmax_scale: float | None = None,
+    deterministic_backward: bool = False,
 ) -> FlashAttentionFn:
     """Flax attention_fn for ``nnx.MultiHeadAttention`` or ``linen.MultiHeadDotProductAttention``.
 
@@ -300,12 +318,18 @@ def make_attention_fn(
         With ``seq_q != seq_k`` jax_fa4 aligns the mask to the bottom-right corner.
       softmax_scale: multiplies ``q . k`` (a static positive number); None means
         ``1 / sqrt(head_dim)``, Flax's default.
+      deterministic_backward: make the backward bitwise reproducible (:func:`jax_fa4.attention`
+        with ``deterministic=True``: same inputs, same gradient bits on every run). Named so to
+        keep it apart from Flax's ``deterministic`` call argument, which turns dropout off.
 
     Returns:
       A :class:`FlashAttentionFn` (hashable, compares by value). Its errors are listed in the
       module docstring of :mod:`jax_fa4.flax`.
     """
     causal = check_flag("causal", causal)
+    deterministic_backward = check_flag("deterministic_backward", deterministic_backward)
     if softmax_scale is not None:
         softmax_scale = check_softmax_scale(softmax_scale, 1)
-    return FlashAttentionFn(causal=causal, softmax_scale=softmax_scale)
+    return FlashAttentionFn(
+        causal=causal, softmax_scale=softmax_scale, deterministic_backward=deterministic_backward
+    )

@@ -4,7 +4,9 @@ fa4_fwd_p(q, k, v) -> (o, lse)
 fa4_bwd_p(q, k, v, o, lse, do, dlse) -> (dq, dk, dv)
 
 q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv], o/do [b, sq, hq, dv], lse/dlse float32
-[b, hq, sq]. Parameters: softmax_scale (Python float, lowered as f64) and causal (bool, i1).
+[b, hq, sq]. Parameters: softmax_scale (Python float, lowered as f64) and causal (bool, i1); the
+backward also deterministic (bool, i1, default False when not bound: bitwise reproducible
+gradients; the CUDA kernel then orders its dQ adds, the CPU kernel always is and ignores it).
 Each primitive has an abstract evaluation, a lowering per platform to an XLA FFI target
 (jax_fa4_{fwd,bwd}_{cpu,cuda}; jax_fa4_bwd_cuda's custom call has a fourth result, its uint8
 device workspace, which the lowering drops) and a batching rule that folds the vmapped axis into
@@ -65,8 +67,10 @@ def _fwd_abstract_eval(q, k, v, *, softmax_scale: float, causal: bool):
     return o, lse
 
 
-def _bwd_abstract_eval(q, k, v, o, lse, do, dlse, *, softmax_scale: float, causal: bool):
-    del softmax_scale, causal
+def _bwd_abstract_eval(
+    q, k, v, o, lse, do, dlse, *, softmax_scale: float, causal: bool, deterministic: bool = False
+):
+    del softmax_scale, causal, deterministic
     varying = _compat.union_varying_axes((q, k, v, o, lse, do, dlse))
     return tuple(_compat.with_varying_axes(x.update(), varying) for x in (q, k, v))
 
@@ -137,13 +141,16 @@ def _ffi_call(target: str, ctx, *args, **params):
 def _lower(kind: str, platform: str):
     target = (_ffi.FWD_TARGET if kind == "fwd" else _ffi.BWD_TARGET).format(platform=platform)
 
-    def rule(ctx, *args, softmax_scale: float, causal: bool):
+    def rule(ctx, *args, softmax_scale: float, causal: bool, **bwd_params):
         _check_target(target, platform)
         if platform == "cuda":
             _check_sm90()
             q_aval, _, v_aval = ctx.avals_in[:3]
             check_cuda_support(q_aval.dtype, q_aval.shape[3], v_aval.shape[3])
         params = dict(softmax_scale=float(softmax_scale), causal=bool(causal))
+        if kind == "bwd":  # deterministic: the backward's only extra parameter
+            params["deterministic"] = bool(bwd_params.pop("deterministic", False))
+        assert not bwd_params, f"unknown parameters of fa4_{kind}: {sorted(bwd_params)}"
         # Checks above run here, at lowering, never inside a partitioning callback (where an
         # exception can abort the process).
         from jax_fa4 import sharding
@@ -217,10 +224,13 @@ def _fwd_batch(args, dims, *, softmax_scale: float, causal: bool):
     return (_unfold_batch(o, size), _unfold_batch(lse, size)), (0, 0)
 
 
-def _bwd_batch(args, dims, *, softmax_scale: float, causal: bool):
+def _bwd_batch(args, dims, *, softmax_scale: float, causal: bool, deterministic: bool = False):
     size = _axis_size(args, dims)
     outs = fa4_bwd_p.bind(
-        *_fold_into_batch(args, dims, size), softmax_scale=softmax_scale, causal=causal
+        *_fold_into_batch(args, dims, size),
+        softmax_scale=softmax_scale,
+        causal=causal,
+        deterministic=deterministic,
     )
     return [_unfold_batch(x, size) for x in outs], (0, 0, 0)
 

@@ -96,8 +96,21 @@ def _fwd(q, k, v, scale: float, causal: bool):
     return tuple(fa4_fwd_p.bind(q, k, v, softmax_scale=scale, causal=causal))
 
 
-def _bwd(q, k, v, o, lse, do, dlse, scale: float, causal: bool):
-    return tuple(fa4_bwd_p.bind(q, k, v, o, lse, do, dlse, softmax_scale=scale, causal=causal))
+def _bwd(q, k, v, o, lse, do, dlse, scale: float, causal: bool, deterministic: bool):
+    return tuple(
+        fa4_bwd_p.bind(
+            q,
+            k,
+            v,
+            o,
+            lse,
+            do,
+            dlse,
+            softmax_scale=scale,
+            causal=causal,
+            deterministic=deterministic,
+        )
+    )
 
 
 def _merge(o_acc, lse_acc, o_blk, lse_blk):
@@ -216,30 +229,34 @@ def _ring_bwd(
     causal: bool,
     softmax_scale: float,
     layout: str,
+    deterministic: bool = False,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The ring backward on this device's blocks: ``(dq, dk, dv)`` shaped like q, k, v.
 
     o, lse are the ring forward's outputs (over the whole sequence), do/dlse their cotangents;
     each block's kernel call uses them as the one-device backward does, so its dq/dk/dv are that
     block pair's exact share of the gradient. dK/dV accumulate in float32 and travel with their
-    K/V block; after the last step one more ppermute brings each accumulator home.
+    K/V block; after the last step one more ppermute brings each accumulator home. The ring's own
+    sums run in a fixed order, so with ``deterministic`` (passed to every kernel call) the
+    result is bitwise reproducible.
     """
     n, r, perm = _ring_setup(axis_name)
     b = q.shape[0]
+    det = deterministic
 
     def step(s: int, kb, vb):
         if not causal:
-            return _bwd(q, kb, vb, o, lse, do, dlse, softmax_scale, False)
+            return _bwd(q, kb, vb, o, lse, do, dlse, softmax_scale, False, det)
         if s == 0:
-            return _bwd(q, kb, vb, o, lse, do, dlse, softmax_scale, True)
+            return _bwd(q, kb, vb, o, lse, do, dlse, softmax_scale, True, det)
         earlier = r >= s
         if layout == "contiguous":
-            grads = _bwd(q, kb, vb, o, lse, do, dlse, softmax_scale, False)
+            grads = _bwd(q, kb, vb, o, lse, do, dlse, softmax_scale, False, det)
             return tuple(jnp.where(earlier, g, jnp.zeros((), g.dtype)) for g in grads)
         qs, os_, lses, dos, dlses, ks, vs = _zigzag_pairs(
             earlier, [(q, 1), (o, 1), (lse, 2), (do, 1), (dlse, 2)], [kb, vb]
         )
-        dq2, dk2, dv2 = _bwd(qs, ks, vs, os_, lses, dos, dlses, softmax_scale, False)
+        dq2, dk2, dv2 = _bwd(qs, ks, vs, os_, lses, dos, dlses, softmax_scale, False, det)
         zero = jnp.zeros((), jnp.float32)
         dq_b, dq_x = dq2[:b].astype(jnp.float32), dq2[b:].astype(jnp.float32)
         dq = jnp.concatenate(
@@ -371,12 +388,19 @@ def ring_bwd_local(
     causal: bool,
     softmax_scale: float,
     layout: str,
+    deterministic: bool = False,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The ring backward on this device's blocks: ``(dq, dk, dv)`` shaped like q, k, v.
 
     o, lse: the ring forward's outputs; do, dlse: their cotangents; all in `layout`.
+    deterministic: bitwise reproducible gradients (see :func:`jax_fa4.attention`).
     """
-    params = dict(axis_name=axis_name, causal=causal, softmax_scale=softmax_scale)
+    params = dict(
+        axis_name=axis_name,
+        causal=causal,
+        softmax_scale=softmax_scale,
+        deterministic=deterministic,
+    )
     if not _rebalances(axis_name, causal, layout, q.shape[1]):
         return _ring_bwd(q, k, v, o, lse, do, dlse, layout=layout, **params)
     args = _blocks_to_zigzag(
@@ -391,12 +415,13 @@ def ring_bwd_local(
 # ---------------------------------------------------------------------------------------------
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
-def _ring_core(q, k, v, axis_name, causal, softmax_scale, layout):
-    return _ring_core_fwd(q, k, v, axis_name, causal, softmax_scale, layout)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
+def _ring_core(q, k, v, axis_name, causal, softmax_scale, layout, deterministic):
+    return _ring_core_fwd(q, k, v, axis_name, causal, softmax_scale, layout, deterministic)[0]
 
 
-def _ring_core_fwd(q, k, v, axis_name, causal, softmax_scale, layout):
+def _ring_core_fwd(q, k, v, axis_name, causal, softmax_scale, layout, deterministic):
+    del deterministic  # a backward-only option
     params = dict(axis_name=axis_name, causal=causal, softmax_scale=softmax_scale)
     if not _rebalances(axis_name, causal, layout, q.shape[1]):
         o, lse = _ring_fwd(q, k, v, layout=layout, **params)
@@ -408,12 +433,17 @@ def _ring_core_fwd(q, k, v, axis_name, causal, softmax_scale, layout):
     return out, (q, k, v, o, lse)
 
 
-def _ring_core_bwd(axis_name, causal, softmax_scale, layout, residuals, cotangents):
+def _ring_core_bwd(axis_name, causal, softmax_scale, layout, deterministic, residuals, cotangents):
     q, k, v, o, lse = residuals
     do, dlse = cotangents
     do = jnp.asarray(do, o.dtype)
     dlse = jnp.asarray(dlse, jnp.float32)
-    params = dict(axis_name=axis_name, causal=causal, softmax_scale=softmax_scale)
+    params = dict(
+        axis_name=axis_name,
+        causal=causal,
+        softmax_scale=softmax_scale,
+        deterministic=deterministic,
+    )
     if not _rebalances(axis_name, causal, layout, q.shape[1]):
         return _ring_bwd(q, k, v, o, lse, do, dlse, layout=layout, **params)
     do, dlse = _blocks_to_zigzag(axis_name, [(do, 1), (dlse, 2)])
@@ -445,6 +475,7 @@ def ring_attention(
     softmax_scale: float | None = None,
     return_lse: bool = False,
     layout: str = "contiguous",
+    deterministic: bool = False,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Exact attention over a sequence split across the mesh axis `axis_name` (inside shard_map).
 
@@ -466,6 +497,8 @@ def ring_attention(
         of 2n, see :func:`to_zigzag`: balanced with no extra transfers). Only matters when
         ``causal``; without a mask any layout that q, k and v share gives the same (permuted)
         result. A wrong layout with ``causal`` gives a wrong mask: it cannot be detected.
+      deterministic: bitwise reproducible backward, as in :func:`jax_fa4.attention` (every
+        kernel call of the backward ring gets it; the ring's own sums run in a fixed order).
 
     Returns:
       this device's ``o`` ``[batch, seq_q_local, heads_q, head_dim_v]`` (q's dtype), or
@@ -478,6 +511,7 @@ def ring_attention(
     scale = check_softmax_scale(softmax_scale, dims.head_dim)
     causal = check_flag("causal", causal)
     return_lse = check_flag("return_lse", return_lse)
+    deterministic = check_flag("deterministic", deterministic)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
     n = _ring_size(axis_name)
@@ -494,7 +528,15 @@ def ring_attention(
     if n == 1 or dims.seq_k == 0 or dims.batch * dims.seq_q * dims.heads_q == 0:
         from jax_fa4.attention import attention
 
-        return attention(q, k, v, causal=causal, softmax_scale=scale, return_lse=return_lse)
+        return attention(
+            q,
+            k,
+            v,
+            causal=causal,
+            softmax_scale=scale,
+            return_lse=return_lse,
+            deterministic=deterministic,
+        )
     ring_axes = frozenset(axis_name if isinstance(axis_name, tuple) else (axis_name,))
     varying = [_compat.varying_axes(jax.typeof(x)) for x in (q, k, v)]
     if any(varying) and not all(ring_axes <= vary for vary in varying[1:]):
@@ -510,5 +552,5 @@ def ring_attention(
     q, k, v = _compat.match_varying_axes(q, k, v)
     if any(varying):
         q, k, v = (_compat.cast_to_varying(x, ring_axes) for x in (q, k, v))
-    o, lse = _ring_core(q, k, v, axis_name, causal, scale, layout)
+    o, lse = _ring_core(q, k, v, axis_name, causal, scale, layout, deterministic)
     return (o, lse) if return_lse else o

@@ -34,7 +34,8 @@ compiled programs miss the persistent compilation cache, and an exception inside
 callback can abort the process (these callbacks are therefore kept free of checks that can
 fail; argument checks run before, at trace and lowering time). Do not set jax's
 ``jax_remove_custom_partitioning_ptr_from_cache_key`` for programs holding jax_fa4 calls: the
-partitioning callbacks close over ``softmax_scale`` and ``causal``, which then no longer reach
+partitioning callbacks close over ``softmax_scale``, ``causal`` (and the backward's
+``deterministic``), which then no longer reach
 the cache key, so two programs differing only in them would share a cache entry. Set the
 environment variable ``JAX_FA4_AUTO_PARTITION=0`` before importing jax_fa4 to lower the plain
 kernel everywhere instead: the partitioner then replicates attention's operands (correct, but it
@@ -229,8 +230,8 @@ def _fwd_rule(softmax_scale, causal, mesh, value_types, result_types):
     )
 
 
-def _bwd_rule(softmax_scale, causal, mesh, value_types, result_types):
-    del softmax_scale, causal, mesh, result_types
+def _bwd_rule(softmax_scale, causal, deterministic, mesh, value_types, result_types):
+    del softmax_scale, causal, deterministic, mesh, result_types
     hq, hkv = _shape(value_types[0])[2], _shape(value_types[1])[2]
     qh, sizes = _q_heads(hq, hkv)
     q = ArrayMapping("b", "s", qh, "d")
@@ -252,9 +253,20 @@ def _fwd_impl(q, k, v, softmax_scale, causal):
     return tuple(fa4_fwd_p.bind(q, k, v, softmax_scale=softmax_scale, causal=causal))
 
 
-def _bwd_impl(q, k, v, o, lse, do, dlse, softmax_scale, causal):
+def _bwd_impl(q, k, v, o, lse, do, dlse, softmax_scale, causal, deterministic):
     return tuple(
-        fa4_bwd_p.bind(q, k, v, o, lse, do, dlse, softmax_scale=softmax_scale, causal=causal)
+        fa4_bwd_p.bind(
+            q,
+            k,
+            v,
+            o,
+            lse,
+            do,
+            dlse,
+            softmax_scale=softmax_scale,
+            causal=causal,
+            deterministic=deterministic,
+        )
     )
 
 
@@ -316,14 +328,14 @@ def _fwd_partition(softmax_scale, causal, mesh, arg_shapes, result_shape):
     return mesh, lower_fn, (q_s, lse_s), (q_s, kv_s, kv_s)
 
 
-def _bwd_infer(softmax_scale, causal, mesh, arg_shapes, result_shape):
-    del softmax_scale, result_shape
+def _bwd_infer(softmax_scale, causal, deterministic, mesh, arg_shapes, result_shape):
+    del softmax_scale, deterministic, result_shape
     plan = _plan_from_shapes(mesh, arg_shapes, causal)
     q_s, kv_s, _ = _shardings(_named_mesh(mesh, arg_shapes), plan)
     return (q_s, kv_s, kv_s)
 
 
-def _bwd_partition(softmax_scale, causal, mesh, arg_shapes, result_shape):
+def _bwd_partition(softmax_scale, causal, deterministic, mesh, arg_shapes, result_shape):
     del result_shape
     plan = _plan_from_shapes(mesh, arg_shapes, causal)
     mesh = _named_mesh(mesh, arg_shapes)
@@ -345,9 +357,12 @@ def _bwd_partition(softmax_scale, causal, mesh, arg_shapes, result_shape):
                 causal=causal,
                 softmax_scale=softmax_scale,
                 layout="contiguous",
+                deterministic=deterministic,
             )
         else:
-            dq, dk, dv = _bwd_impl(q, k_loc, v_loc, o, lse, do, dlse, softmax_scale, causal)
+            dq, dk, dv = _bwd_impl(
+                q, k_loc, v_loc, o, lse, do, dlse, softmax_scale, causal, deterministic
+            )
         # k and v whole over an axis that splits the queries: their gradients are partial sums.
         sum_axes = () if plan.ring else plan.seq
         if kv_idx is not None:  # put this device's kv head back among all of them
@@ -378,7 +393,7 @@ _fwd_cp.def_partition(
     sharding_rule=_fwd_rule,
     decode_shardings=False,  # read with _compat.spec_of, which never raises
 )
-_bwd_cp = custom_partitioning(_bwd_impl, static_argnums=(7, 8))
+_bwd_cp = custom_partitioning(_bwd_impl, static_argnums=(7, 8, 9))
 _bwd_cp.def_partition(
     partition=_bwd_partition,
     infer_sharding_from_operands=_bwd_infer,
@@ -407,12 +422,16 @@ def partitions_here(ctx) -> bool:
     return ctx_axes.num_devices > 1 and ctx_axes.device_assignment is not None
 
 
-def lower_partitioned(kind: str, ctx, *args, softmax_scale: float, causal: bool):
-    """Lowers fa4_{kind}_p through its custom_partitioning wrapper."""
+def lower_partitioned(kind: str, ctx, *args, softmax_scale: float, causal: bool, **bwd_params):
+    """Lowers fa4_{kind}_p through its custom_partitioning wrapper (the backward's parameters
+    also hold ``deterministic``)."""
     cp = _fwd_cp if kind == "fwd" else _bwd_cp
+    static = (softmax_scale, causal)
+    if kind == "bwd":
+        static += (bwd_params["deterministic"],)
 
     def fun(*xs):
-        return cp(*xs, softmax_scale, causal)
+        return cp(*xs, *static)
 
     return mlir.lower_fun(fun, multiple_results=True)(ctx, *args)
 

@@ -118,6 +118,12 @@ def test_traced_softmax_scale():
 def test_flags_must_be_bools():
     _raises(ValueError, r"causal must be a Python bool; got str 'yes'", *_qkv(), causal="yes")
     _raises(ValueError, r"return_lse must be a Python bool; got int 1", *_qkv(), return_lse=1)
+    _raises(
+        ValueError,
+        r"deterministic must be a Python bool; got str 'on'",
+        *_qkv(),
+        deterministic="on",
+    )
 
 
 def test_not_an_array():

@@ -1,8 +1,10 @@
 """The Hopper backward's custom call, as lowered for CUDA (no GPU needed: jax.export for "cuda").
 
-jax_fa4_bwd_cuda takes its float32 workspace as a 4th, uint8 result of the custom call (sized by
-the extension's cuda_bwd_workspace_bytes, the C++ formula the handler checks against), which the
-lowering drops. The export runs in a fresh interpreter with two host devices (for shard_map).
+jax_fa4_bwd_cuda takes its float32 workspace (with the deterministic mode's int32 semaphores) as a
+4th, uint8 result of the custom call (sized by the extension's cuda_bwd_workspace_bytes, the C++
+formula the handler checks against), which the lowering drops, and the attributes softmax_scale,
+causal and deterministic. The export runs in a fresh interpreter with two host devices (for
+shard_map).
 """
 
 from __future__ import annotations
@@ -38,12 +40,16 @@ _SCRIPT = textwrap.dedent(
     q = jax.ShapeDtypeStruct((b, sq, hq, d), jnp.bfloat16)
     k = jax.ShapeDtypeStruct((b, sk, hkv, d), jnp.bfloat16)
 
-    def loss(q, k, v):
-        return jnp.sum(jax_fa4.attention(q, k, v, causal=True).astype(jnp.float32) ** 2)
+    def grad_of(det):
+        def loss(q, k, v):
+            o = jax_fa4.attention(q, k, v, causal=True, deterministic=det)
+            return jnp.sum(o.astype(jnp.float32) ** 2)
 
-    grad = jax.grad(loss, argnums=(0, 1, 2))
+        return jax.grad(loss, argnums=(0, 1, 2))
 
-    def bwd_calls(fn, *args):
+    grad = grad_of(False)
+
+    def bwd_lines(fn, *args):
         exported = export.export(
             jax.jit(fn),
             platforms=["cuda"],
@@ -52,12 +58,20 @@ _SCRIPT = textwrap.dedent(
                 for kind in ("fwd", "bwd")
             ],
         )(*args)
-        lines = [l for l in exported.mlir_module().splitlines() if "@jax_fa4_bwd_cuda(" in l]
+        return [l for l in exported.mlir_module().splitlines() if "@jax_fa4_bwd_cuda(" in l]
+
+    def bwd_calls(fn, *args):
+        lines = bwd_lines(fn, *args)
         return [re.findall(r"tensor<([^>]*)>", l.rsplit(") -> (", 1)[1]) for l in lines]
+
+    def attrs(fn, *args):
+        return [re.findall(r"([a-z_]+) = (true|false)", l) for l in bwd_lines(fn, *args)]
 
     out = {"has_target": _ffi.has_target("jax_fa4_bwd_cuda", "cuda")}
     try:
         out["jit"] = bwd_calls(grad, q, k, k)
+        out["attrs"] = {str(det): attrs(grad_of(det), q, k, k) for det in (False, True)}
+        out["jit_det"] = bwd_calls(grad_of(True), q, k, k)
         stack = lambda s: jax.ShapeDtypeStruct((3, *s.shape), s.dtype)
         out["vmap"] = bwd_calls(jax.vmap(grad), stack(q), stack(k), stack(k))
         # shard_map: the per-shard lowering goes through the same rule (as do the per-shard
@@ -113,8 +127,31 @@ def test_cuda_backward_has_a_workspace_result_of_the_extensions_size():
         assert len(types) == 4, (case, types)
         nbytes = _workspace_elems(types)
         assert nbytes == _ffi.cuda_bwd_workspace_bytes(batch, sq, hq, d), case
-        # At least the float32 dQ accumulator, lse*log2e and delta' of the unpadded rows.
-        assert nbytes >= 4 * batch * hq * sq * (d + 2), case
+        # At least the float32 dQ accumulator, lse*log2e and delta' of the unpadded rows, and
+        # the deterministic mode's int32 semaphore per 64 of them.
+        assert nbytes >= 4 * batch * hq * sq * (d + 2) + 4 * batch * hq * (sq // 64), case
+    # deterministic changes the attribute, not the buffers (the semaphores are always there).
+    assert out["jit_det"] == out["jit"]
+    for det in (False, True):
+        (found,) = out["attrs"][str(det)]
+        assert dict(found) == {"causal": "true", "deterministic": str(det).lower()}, found
+
+
+def _formula(b, sq, hq, d):
+    """bwd_workspace.h's layout in Python: each sub-buffer rounded up to 256 bytes, + 256 slack."""
+    rows = b * hq * ((sq + 127) // 128 * 128)
+
+    def up(x):
+        return (x + 255) // 256 * 256
+
+    return up(4 * rows * d) + up(4 * (rows // 64)) + up(4 * rows) + up(4 * rows) + 256
+
+
+@pytest.mark.parametrize(
+    "shape", [(1, 1, 1, 64), (2, 100, 4, 64), (3, 1000, 8, 128), (1, 129, 3, 256), (0, 0, 0, 64)]
+)
+def test_workspace_bytes_follow_the_formula(shape):
+    assert _ffi.cuda_bwd_workspace_bytes(*shape) == _formula(*shape)
 
 
 def test_workspace_bytes_come_from_the_extension():

@@ -1,4 +1,8 @@
 // FFI handler jax_fa4_bwd_cpu: (q, k, v, o, lse, do, dlse) -> (dq, dk, dv) on the CPU.
+// The `deterministic` attribute is accepted for symmetry with jax_fa4_bwd_cuda and ignored: the
+// CPU backward is always deterministic (cuda/cpu/attention_cpu.cc: each dq block and each dk/dv
+// block is one task that sums in a fixed order, no atomics, whatever the thread count), so both
+// values give the same bits.
 #include "cpu/attention_cpu.h"
 #include "ffi/cpu_args.h"
 #include "ffi/handlers.h"
@@ -12,7 +16,9 @@ ffi::Error Fa4BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, f
                          ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer d_o,
                          ffi::Buffer<ffi::F32> dlse,
                          ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
-                         ffi::Result<ffi::AnyBuffer> dv, double softmax_scale, bool causal) {
+                         ffi::Result<ffi::AnyBuffer> dv, double softmax_scale, bool causal,
+                         bool deterministic) {
+  (void)deterministic;  // always deterministic here (see the top of this file)
   cpu::AttentionShape s{};
   cpu::ElementType type{};
   if (auto err = decode_shape(q, k, v, &s, &type); err.failure()) return err;
@@ -62,4 +68,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Fa4BwdCpu, jax_fa4::ffi_cpu::Fa4BwdCpuImpl,
                                   .Ret<ffi::AnyBuffer>()           // dk [b, sk, hkv, d]
                                   .Ret<ffi::AnyBuffer>()           // dv [b, sk, hkv, dv]
                                   .Attr<double>("softmax_scale")  // multiplies q.k
-                                  .Attr<bool>("causal"));         // bottom-right aligned
+                                  .Attr<bool>("causal")           // bottom-right aligned
+                                  .Attr<bool>("deterministic"));  // ignored: always deterministic

@@ -1,4 +1,6 @@
-// XLA FFI handler "jax_fa4_bwd_cuda": (q, k, v, o, lse, do, dlse) -> (dq, dk, dv, workspace).
+// XLA FFI handler "jax_fa4_bwd_cuda": (q, k, v, o, lse, do, dlse) -> (dq, dk, dv, workspace);
+// attributes softmax_scale, causal, deterministic (bitwise reproducible dq: the kernel orders the
+// dQ adds of each query block by key block, see cuda/hopper/bwd_kernel.cuh).
 // Decodes and checks the buffers, splits the float32 workspace (dQ accumulator, lse * log2 e,
 // delta') out of its last result, and enqueues the Hopper backward (cuda/hopper/bwd_launch.h) on
 // XLA's stream. Every problem becomes an FFI error (the Python layer checks too, but this handler
@@ -39,7 +41,8 @@ bool same_dims(ffi::AnyBuffer::Dimensions d, std::initializer_list<int64_t> want
 ffi::Error BwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, ffi::AnyBuffer o,
                        ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer d_o, ffi::Buffer<ffi::F32> dlse,
                        ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
-                       ffi::Result<ffi::AnyBuffer> workspace, double softmax_scale, bool causal) {
+                       ffi::Result<ffi::AnyBuffer> workspace, double softmax_scale, bool causal,
+                       bool deterministic) {
   if (ffi::Error err = jax_fa4::check_hopper_device(); err.failure()) return err;
 
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
@@ -91,7 +94,7 @@ ffi::Error BwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, 
                             dk->untyped_data(), dv->untyped_data(),  b,                 sq,
                             sk,                 hq,                  hkv,               d,
                             t == ffi::DataType::BF16 ? fa4::hopper::BwdDtype::kBf16 : fa4::hopper::BwdDtype::kF16,
-                            scale,              causal};
+                            scale,              causal,             deterministic};
   // The workspace result: uint8 [n] with n >= bwd_workspace_bytes(p); its base may have any
   // alignment (bwd_workspace_from aligns each sub-buffer up inside it).
   const size_t ws_need = fa4::hopper::bwd_workspace_bytes(p);
@@ -103,7 +106,7 @@ ffi::Error BwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, 
     return ffi::Error::InvalidArgument("the workspace (4th result) has " + std::to_string(workspace->size_bytes()) +
                                        " bytes; this problem needs " + std::to_string(ws_need) +
                                        " (cuda_bwd_workspace_bytes)");
-  fa4::hopper::BwdWorkspace ws{nullptr, nullptr, nullptr};
+  fa4::hopper::BwdWorkspace ws{nullptr, nullptr, nullptr, nullptr};
   if (b > 0 && sq > 0 && hq > 0) {
     if (workspace->untyped_data() == nullptr)
       return ffi::Error::InvalidArgument("the workspace (4th result) has no device memory");
@@ -131,4 +134,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Fa4BwdCuda, BwdCudaImpl,
                                   .Ret<ffi::AnyBuffer>()         // dv [b, sk, hkv, d]
                                   .Ret<ffi::AnyBuffer>()         // workspace: uint8 [>= bwd_workspace_bytes]
                                   .Attr<double>("softmax_scale")
-                                  .Attr<bool>("causal"));
+                                  .Attr<bool>("causal")
+                                  .Attr<bool>("deterministic"));

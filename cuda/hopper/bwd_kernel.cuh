@@ -4,7 +4,8 @@
 // 1. bwd_preprocess: per query row, delta' = rowsum(dO * O) - dlse and lse2 = lse * log2(e), both
 //    float32 into padded [batch, heads_q, seq_q_pad] scratch rows (the padding and the rows that
 //    see no key get lse2 = +inf, delta' = 0, so they contribute exactly nothing: P = 2^-inf = 0).
-//    The float32 dQ accumulator is zeroed with cudaMemsetAsync before it.
+//    The float32 dQ accumulator (and the dq semaphores after it) is zeroed with cudaMemsetAsync
+//    before it.
 // 2. bwd_kernel: one CTA per (key block of block_n rows, kv head, batch); it loops over every q
 //    head of its GQA group and every query block (block_m rows) that sees its keys.
 //      warpgroup 0  producer: one thread loads K and V once, then streams (Q, lse2) and
@@ -27,10 +28,17 @@
 // registers for those two products; dQ needs dS with keys as the reduction dimension, which is
 // exactly dS^T stored row by row (an MN-major A operand), so no transpose is ever done.
 //
-// Determinism: the float32 red.global adds into dQ arrive in an order set by the hardware. A
-// deterministic mode would order them per dQ tile (a semaphore per (batch, head, query block)
-// counting the key blocks that have added, FA3's approach); the adds are in one place
-// (add_dq_tile) so the semaphore wait/signal can wrap it.
+// Determinism: the float32 adds into dQ (red.global, or the bulk reduce-add of DqViaTma) arrive in
+// an order set by the hardware, so dq can differ in its last bits between runs (dk and dv never do:
+// one CTA sums them in registers in a fixed order). With args.deterministic (a runtime flag: one
+// instantiation serves both modes) the adds of each (batch, q head, query block m) are ordered by
+// key block, FA3's scheme: an int32 semaphore per (batch, q head, query block), zeroed with
+// dq_accum, counts the key blocks that have added; key block n waits until it equals n, adds its
+// whole tile, makes the adds visible, and stores n + 1. Without DqViaTma the consumers do this
+// (dq_tile_wait / dq_tile_signal around add_dq_tile); with it the writer warp does (bwd_dq_writer),
+// the consumers are unchanged. The key blocks that visit m are exactly n = 0 .. n_last(m)
+// (bwd_m_range's first query block never decreases with n), so n is its rank. CTAs are launched
+// in key-block order (grid x), so a CTA only ever waits for one that started before it.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -48,6 +56,7 @@
 #include "hopper/global_reduce.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/pipeline.cuh"
+#include "hopper/release_acquire.cuh"
 #include "hopper/sync.cuh"
 #include "hopper/tensor_map.h"
 #include "hopper/tma.cuh"
@@ -58,6 +67,7 @@ namespace fa4::hopper {
 
 struct BwdArgs {
   float* dq_accum;     // [batch, heads_q, seq_q_pad, head_dim], zeroed before the main kernel
+  int* dq_sem;         // [batch, heads_q, seq_q_pad / 64], zeroed with dq_accum (deterministic mode)
   const float* lse2;   // [batch, heads_q, seq_q_pad]: lse * log2(e); +inf where P must be 0
   const float* delta;  // [batch, heads_q, seq_q_pad]: rowsum(dO * O) - dlse; 0 in the padding
   void* dk;            // [batch, seq_k, heads_kv, head_dim], q's dtype
@@ -66,6 +76,7 @@ struct BwdArgs {
   int group;           // heads_q / heads_kv
   float scale_log2;    // softmax_scale * log2(e)
   float softmax_scale;
+  bool deterministic;  // order the dQ adds of each query block by key block (bitwise repeatable dq)
 };
 
 template <class T> struct BwdMmaTag;
@@ -81,6 +92,9 @@ constexpr uint32_t kBwdConsumerThreads = 256;
 constexpr uint32_t kBwdBarDqFull = 2;
 constexpr uint32_t kBwdBarDqEmpty = 3;
 constexpr uint32_t kBwdDqBarrierThreads = kBwdConsumerThreads + 32;
+// Deterministic mode without DqViaTma: both consumer warpgroups, twice per step, around the dQ
+// adds (dq_tile_wait, dq_tile_signal).
+constexpr uint32_t kBwdBarDq = 4;
 
 template <class T>
 __device__ __forceinline__ uint32_t bwd_pack2(float lo, float hi) {
@@ -242,6 +256,27 @@ __device__ __forceinline__ void add_dq_tile(float* dq_rows, const float (&dq)[N 
   }
 }
 
+// Deterministic mode, before this CTA's dQ adds to one query block: one thread spins until the
+// block's semaphore says that every earlier key block (rank < n) has added, then both consumer
+// warpgroups pass a barrier. The acquire load plus the barrier order every later red.global of
+// the CTA after the previous key block's adds.
+__device__ __forceinline__ void dq_tile_wait(const int* sem, int rank, bool spinner) {
+  if (spinner) {
+    while (ld_acquire_gpu(sem) != rank) {
+    }
+  }
+  __syncwarp();  // the spinner's warp reconverges before the (aligned) bar.sync
+  named_barrier_sync(kBwdBarDq, kBwdConsumerThreads);
+}
+
+// After them: every thread makes its own adds visible at GPU scope, both warpgroups meet, and one
+// thread hands the block to the next key block (rank + 1) with a release store.
+__device__ __forceinline__ void dq_tile_signal(int* sem, int rank, bool signaller) {
+  __threadfence();
+  named_barrier_sync(kBwdBarDq, kBwdConsumerThreads);
+  if (signaller) st_release_gpu(sem, rank + 1);
+}
+
 // Writes a 64 x dkv_cols accumulator (rows [n0 + 64r, ...) of one kv head, columns [col0, ...))
 // times `scale` to [batch, seq_k, heads_kv, head_dim]; rows past seq_k are dropped.
 template <class T, class Cfg>
@@ -320,8 +355,9 @@ __device__ __forceinline__ void stage_dq_tile(const float (&dq)[Cfg::dq_cols() /
 // dq_accum with one bulk reduce-add, waits until the bulk engine has read the shared tile, and
 // the warp frees it (kBwdBarDqEmpty; one pre-arrival so the consumers' first wait passes, none
 // after the last step so no barrier generation is left open). THE place where dQ reaches global
-// memory in this variant: a deterministic mode's per-(batch, head, query block) semaphore wait
-// goes before bulk_reduce_add_f32 (lane 0) and its signal after a bulk_wait_all() that follows it.
+// memory in this variant, so deterministic mode orders the adds here: lane 0 waits on the
+// (batch, head, query block) semaphore before bulk_reduce_add_f32 and, after bulk_wait_all(),
+// hands the block to the next key block.
 template <class Cfg, bool Causal>
 __device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args, int n0, int kv_head, int batch,
                                               int lane) {
@@ -337,9 +373,23 @@ __device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args
     float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
     for (int m = m_begin; m < m_end; ++m) {
       named_barrier_sync(kBwdBarDqFull, kBwdDqBarrierThreads);
+      // Deterministic mode: this key block's rank n = blockIdx.x (see the header comment).
+      int* sem = args.deterministic ? args.dq_sem + (int64_t(batch) * args.heads_q + head) * (args.seq_q_pad / 64) + m
+                                    : nullptr;
       if (lane == 0) {
+        if (sem) {
+          while (ld_acquire_gpu(sem) != int(blockIdx.x)) {
+          }
+          fence_proxy_async_global();  // the bulk reduce (async proxy) after the acquire
+        }
         bulk_reduce_add_f32(dq_rows + int64_t(m) * Cfg::block_m() * Cfg::head_dim(), sdq, Cfg::dq_tile_bytes());
         bulk_commit();
+        if (sem) {
+          bulk_wait_all();             // the reduce's global writes are done ...
+          fence_proxy_async_global();  // ... and ordered before the generic-proxy release
+          __threadfence();
+          st_release_gpu(sem, int(blockIdx.x) + 1);
+        }
       }
       if (++step < total_steps) {
         if (lane == 0) bulk_wait_read();
@@ -359,11 +409,15 @@ __device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args
 template <class T, class Cfg>
 __device__ __forceinline__ void bwd_dq_out(float (&dq)[Cfg::dq_cols() / Cfg::dq_pieces() / 2], float* dq_rows,
                                            const uint8_t* ds_tile, const uint8_t* sK, int m0, int c,
-                                           int qs, int dq_col0, int tid, int warp, int lane) {
+                                           int qs, int dq_col0, int tid, int warp, int lane, int* dq_sem,
+                                           bool dq_sem_thread) {
   constexpr int kPieceCols = Cfg::dq_cols() / Cfg::dq_pieces();
   if constexpr (Cfg::dq_via_tma()) {
-    stage_dq_tile<Cfg>(dq);
+    stage_dq_tile<Cfg>(dq);  // deterministic mode: the writer warp orders the adds
   } else {
+    // Deterministic mode (dq_sem != nullptr): the whole tile's adds, every piece of both
+    // warpgroups, between the wait and the signal.
+    if (dq_sem) dq_tile_wait(dq_sem, int(blockIdx.x), dq_sem_thread);
     add_dq_tile<Cfg, kPieceCols>(dq_rows, dq, m0 + 64 * qs, dq_col0, warp, lane);
 #pragma unroll
     for (int piece = 1; piece < Cfg::dq_pieces(); ++piece) {
@@ -374,6 +428,7 @@ __device__ __forceinline__ void bwd_dq_out(float (&dq)[Cfg::dq_cols() / Cfg::dq_
       fence_regs(dq);
       add_dq_tile<Cfg, kPieceCols>(dq_rows, dq, m0 + 64 * qs, dq_col0 + piece * kPieceCols, warp, lane);
     }
+    if (dq_sem) dq_tile_signal(dq_sem, int(blockIdx.x), dq_sem_thread);
   }
 }
 
@@ -422,6 +477,9 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
   const int key_row0 = n0 + 64 * r + 16 * warp + lane / 4;
   const int col_in_slice = 2 * (lane % 4);
   int step = 0;
+  // Deterministic mode without DqViaTma: the one consumer thread that waits on and signals the
+  // dQ semaphores (bwd_dq_out).
+  const bool dq_sem_thread = c == 0 && elected;
 
   if constexpr (Cfg::pipeline_scores()) {
     // ---- PipelineScores schedule (bwd v2). One iteration = the second half of step t and the
@@ -548,7 +606,10 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
       q.advance();
       dO.advance();
 
-      bwd_dq_out<T, Cfg>(dq, dq_rows, ds_tile, sK, m0, c, qs, dq_col0, tid, warp, lane);
+      int* dq_sem = !Cfg::dq_via_tma() && args.deterministic
+                        ? args.dq_sem + (int64_t(batch) * args.heads_q + kv_head * args.group + g) * (args.seq_q_pad / 64) + m
+                        : nullptr;
+      bwd_dq_out<T, Cfg>(dq, dq_rows, ds_tile, sK, m0, c, qs, dq_col0, tid, warp, lane, dq_sem, dq_sem_thread);
 
       // Group D: the next step's dP^T (dO has advanced to its stage).
       issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0, has_next);
@@ -677,7 +738,10 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
         q.advance();
         dO.advance();
 
-        bwd_dq_out<T, Cfg>(dq, dq_rows, ds_tile, sK, m0, c, qs, dq_col0, tid, warp, lane);
+        int* dq_sem = !Cfg::dq_via_tma() && args.deterministic
+                          ? args.dq_sem + (int64_t(batch) * args.heads_q + head) * (args.seq_q_pad / 64) + m
+                          : nullptr;
+        bwd_dq_out<T, Cfg>(dq, dq_rows, ds_tile, sK, m0, c, qs, dq_col0, tid, warp, lane, dq_sem, dq_sem_thread);
       }
     }
 
@@ -856,7 +920,10 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
     return std::string("backward ") + what + " failed: " + cudaGetErrorString(err);
   };
 
-  e = cudaMemsetAsync(ws.dq_accum, 0, size_t(p.batch) * p.heads_q * pad * D * sizeof(float), stream);
+  // dq_accum and the dq semaphores that follow it (bwd_workspace.h), in one memset.
+  const size_t zero_bytes = size_t(reinterpret_cast<char*>(ws.dq_sem + p.batch * p.heads_q * (pad / kBwdSemRows)) -
+                                   reinterpret_cast<char*>(ws.dq_accum));
+  e = cudaMemsetAsync(ws.dq_accum, 0, zero_bytes, stream);
   if (e != cudaSuccess) return fail("dq_accum memset", e);
   {
     const int64_t rows = p.batch * p.heads_q * pad;
@@ -876,6 +943,7 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
 
     BwdArgs args;
     args.dq_accum = ws.dq_accum;
+    args.dq_sem = ws.dq_sem;
     args.lse2 = ws.lse2;
     args.delta = ws.delta;
     args.dk = p.dk;
@@ -888,12 +956,14 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
     args.group = int(p.heads_q / p.heads_kv);
     args.softmax_scale = p.softmax_scale;
     args.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+    args.deterministic = p.deterministic;
 
     auto kernel = bwd_kernel<T, Cfg, Causal>;
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
     if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
     // Key blocks in index order: under a causal mask block 0 sees the most queries, so the
-    // longest CTAs start first.
+    // longest CTAs start first. Deterministic mode relies on this order (grid x = key block,
+    // fastest-varying): a CTA waits only on key blocks of lower index, launched before it.
     const dim3 grid(unsigned((p.seq_k + Cfg::block_n() - 1) / Cfg::block_n()), unsigned(p.heads_kv),
                     unsigned(p.batch));
     kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, tdo, args);

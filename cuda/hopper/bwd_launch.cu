@@ -50,8 +50,8 @@ std::string launch_bwd_checked(const BwdProblem& p, const BwdWorkspace& ws, cuda
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
       return "q, k, v, o, do, dq, dk and dv must be 16-byte aligned for TMA and vector access";
   }
-  for (const void* ptr : {static_cast<const void*>(ws.dq_accum), static_cast<const void*>(ws.lse2),
-                          static_cast<const void*>(ws.delta)}) {
+  for (const void* ptr : {static_cast<const void*>(ws.dq_accum), static_cast<const void*>(ws.dq_sem),
+                          static_cast<const void*>(ws.lse2), static_cast<const void*>(ws.delta)}) {
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return "backward workspace must be 16-byte aligned";
   }
   return dispatch(p, ws, stream);

@@ -30,6 +30,9 @@ struct BwdProblem {
   BwdDtype dtype;
   float softmax_scale;
   bool causal;
+  // Bitwise reproducible dq: the dQ adds of each query block are ordered by key block through a
+  // semaphore in the workspace (bwd_kernel.cuh). dk and dv are reproducible either way.
+  bool deterministic = false;
 };
 
 // The workspace (BwdWorkspace, bwd_seq_q_pad, the size and the split) is in bwd_workspace.h, which

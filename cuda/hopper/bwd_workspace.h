@@ -9,10 +9,14 @@
 
 namespace fa4::hopper {
 
-// Scratch the backward needs on the device, all float32, rows padded to bwd_seq_q_pad(seq_q):
-// dq_accum [batch, heads_q, pad, head_dim], lse2 and delta [batch, heads_q, pad].
+// Scratch the backward needs on the device, rows padded to bwd_seq_q_pad(seq_q):
+// dq_accum float32 [batch, heads_q, pad, head_dim]; dq_sem int32 [batch, heads_q, pad / 64] (the
+// deterministic mode's semaphore per query block: pad / 64 is enough for every config's block_m,
+// 64 or 128); lse2 and delta float32 [batch, heads_q, pad]. dq_accum and dq_sem are adjacent so one
+// memset zeroes both.
 struct BwdWorkspace {
   float* dq_accum;
+  int* dq_sem;
   float* lse2;
   float* delta;
 };
@@ -24,25 +28,45 @@ inline int64_t bwd_seq_q_pad(int64_t seq_q) { return (seq_q + 127) / 128 * 128; 
 // vector loads; 256 keeps every row block on whole cache sectors).
 constexpr size_t kBwdWorkspaceAlign = 256;
 
-// Bytes of one allocation holding the whole workspace, at ANY base alignment: the three
-// sub-buffers, each rounded up to kBwdWorkspaceAlign, plus kBwdWorkspaceAlign of slack for moving
-// an unaligned base up (XLA guarantees only 16-64 bytes for a custom call's buffers).
-inline size_t bwd_workspace_bytes(int64_t batch, int64_t seq_q, int64_t heads_q, int64_t head_dim) {
+// Smallest query block of any config: dq_sem has one int per kBwdSemRows padded rows.
+constexpr int64_t kBwdSemRows = 64;
+
+// Byte offsets of the sub-buffers from the aligned base and the allocation size: THE formula
+// (bwd_workspace_bytes and bwd_workspace_from both read it). Every sub-buffer is rounded up to
+// kBwdWorkspaceAlign, and kBwdWorkspaceAlign of slack moves an unaligned base up (XLA guarantees
+// only 16-64 bytes for a custom call's buffers).
+struct BwdWorkspaceLayout {
+  size_t dq_accum, dq_sem, lse2, delta, bytes;
+};
+inline BwdWorkspaceLayout bwd_workspace_layout(int64_t batch, int64_t seq_q, int64_t heads_q, int64_t head_dim) {
   const size_t rows = size_t(batch) * size_t(heads_q) * size_t(bwd_seq_q_pad(seq_q));
-  return rows * size_t(head_dim) * 4 + 2 * rows * 4 + 3 * kBwdWorkspaceAlign;
+  auto up = [](size_t x) { return (x + kBwdWorkspaceAlign - 1) / kBwdWorkspaceAlign * kBwdWorkspaceAlign; };
+  BwdWorkspaceLayout l;
+  l.dq_accum = 0;
+  l.dq_sem = l.dq_accum + up(rows * size_t(head_dim) * 4);
+  l.lse2 = l.dq_sem + up(rows / size_t(kBwdSemRows) * 4);
+  l.delta = l.lse2 + up(rows * 4);
+  l.bytes = l.delta + up(rows * 4) + kBwdWorkspaceAlign;
+  return l;
+}
+
+// Bytes of one allocation holding the whole workspace, at ANY base alignment.
+inline size_t bwd_workspace_bytes(int64_t batch, int64_t seq_q, int64_t heads_q, int64_t head_dim) {
+  return bwd_workspace_layout(batch, seq_q, heads_q, head_dim).bytes;
 }
 
 // Splits one allocation of at least bwd_workspace_bytes(...) bytes, at any alignment, into the
 // workspace; every sub-buffer is kBwdWorkspaceAlign-aligned and lies inside the allocation.
 inline BwdWorkspace bwd_workspace_from(void* base, int64_t batch, int64_t seq_q, int64_t heads_q,
                                        int64_t head_dim) {
-  const size_t rows = size_t(batch) * size_t(heads_q) * size_t(bwd_seq_q_pad(seq_q));
-  auto up = [](size_t x) { return (x + kBwdWorkspaceAlign - 1) / kBwdWorkspaceAlign * kBwdWorkspaceAlign; };
-  char* b = static_cast<char*>(base) + (up(reinterpret_cast<uintptr_t>(base)) - reinterpret_cast<uintptr_t>(base));
+  const BwdWorkspaceLayout l = bwd_workspace_layout(batch, seq_q, heads_q, head_dim);
+  const uintptr_t a = reinterpret_cast<uintptr_t>(base);
+  char* b = static_cast<char*>(base) + ((a + kBwdWorkspaceAlign - 1) / kBwdWorkspaceAlign * kBwdWorkspaceAlign - a);
   BwdWorkspace ws;
-  ws.dq_accum = reinterpret_cast<float*>(b);
-  ws.lse2 = reinterpret_cast<float*>(b + up(rows * size_t(head_dim) * 4));
-  ws.delta = reinterpret_cast<float*>(b + up(rows * size_t(head_dim) * 4) + up(rows * 4));
+  ws.dq_accum = reinterpret_cast<float*>(b + l.dq_accum);
+  ws.dq_sem = reinterpret_cast<int*>(b + l.dq_sem);
+  ws.lse2 = reinterpret_cast<float*>(b + l.lse2);
+  ws.delta = reinterpret_cast<float*>(b + l.delta);
   return ws;
 }
 

@@ -3,10 +3,12 @@
 #   1. builds the standalone check (tests/gpu/cuda/bwd_kernel_check.cu) while jax_fa4 installs in
 #      the background (pip, CMake builds every CUDA source);
 #   2. runs the standalone check (random data vs a float64 CPU backward, outputs and workspace
-#      poisoned) and its kernel-only timings on FA3-grid cells (the host-side layout model,
-#      tests/gpu/cuda/bwd_layout_check.py, needs no GPU and is not repeated here);
+#      poisoned; every case in the default and the deterministic mode) and its kernel-only
+#      timings on FA3-grid cells, default and deterministic side by side (the host-side layout
+#      model, tests/gpu/cuda/bwd_layout_check.py, needs no GPU and is not repeated here);
 #   3. runs tests/gpu/test_bwd_cuda.py (jax.grad through the kernel vs the float64 oracle);
-#   4. times jax_fa4's backward beside cuDNN on FA3-grid cells (benchmarks/bench_attention.py).
+#   4. times jax_fa4's backward (default and deterministic=True) beside cuDNN on FA3-grid cells
+#      (benchmarks/bench_attention.py).
 # Every stage has its own timeout inside one overall budget (BUDGET seconds, default 470) so the
 # whole call ends within 8 minutes; a hang in the kernel ends the run after the standalone check.
 # Logs go to $OUT (default /tmp/bwd_out); summary.txt has the timeline and the verdicts.
@@ -50,9 +52,10 @@ fi
 cat "$OUT/sass_facts.txt"
 
 stamp "standalone check + kernel-only timings"
-OMP_NUM_THREADS=8 timeout "$(cap 170 200)" build/bwd_check/bwd_check --bench --quick-bench > "$OUT/bwd_check.txt" 2>&1
+OMP_NUM_THREADS=8 timeout "$(cap 170 200)" build/bwd_check/bwd_check --deterministic-bench --quick-bench > "$OUT/bwd_check.txt" 2>&1
 CHECK_RC=$?
 grep -E "^FAIL|cases passed|TFLOP|^ +(64|128|256) " "$OUT/bwd_check.txt" | head -80
+grep -c "DIFFERS ON RERUN (deterministic mode)" "$OUT/bwd_check.txt" | sed 's/^/deterministic-mode dq reruns that differed: /'
 stamp "standalone check rc=$CHECK_RC (0 pass, 1 numerical failures, 2 CUDA error, 124 timeout = hang?)"
 if [ "$CHECK_RC" = 124 ] || [ "$CHECK_RC" = 2 ]; then
   stamp "stopping: the kernel hung or faulted; see bwd_check.txt"; kill "$PIP_PID" 2>/dev/null; exit 1
@@ -74,7 +77,7 @@ tail -25 "$OUT/pytest_bwd.txt"
 
 if [ "$CHECK_RC" = 0 ] && [ "$(left)" -gt 60 ]; then
   stamp "benchmark: backward beside cuDNN"
-  timeout "$(cap 150 5)" python3 benchmarks/bench_attention.py --impls jax_fa4,cudnn --head-dims 64,128,256 \
+  timeout "$(cap 150 5)" python3 benchmarks/bench_attention.py --impls jax_fa4,jax_fa4_det,cudnn --head-dims 64,128,256 \
     --seqs 2k,16k --no-matmul --max-seconds $(($(left) - 40)) --cell-timeout 60 \
     --out "$OUT/bench_bwd.json" > "$OUT/bench_bwd.txt" 2>&1
   stamp "benchmark rc=$?"

@@ -59,10 +59,16 @@ def _loss(attn, q, k, v, w, wl):
     return jnp.sum(o.astype(acc) * w) + jnp.sum(finite_lse * wl)
 
 
-def _grads(q, k, v, w, wl, causal, softmax_scale=None):
+def _grads(q, k, v, w, wl, causal, softmax_scale=None, deterministic=False):
     def fa4(q, k, v):
         return jax_fa4.attention(
-            q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True
+            q,
+            k,
+            v,
+            causal=causal,
+            softmax_scale=softmax_scale,
+            return_lse=True,
+            deterministic=deterministic,
         )
 
     return jax.jit(jax.grad(lambda *a: _loss(fa4, *a, w, wl), argnums=(0, 1, 2)))(q, k, v)
@@ -79,10 +85,10 @@ def _ref_grads(q, k, v, w, wl, causal, dtype, softmax_scale=None):
     return jax.jit(jax.grad(lambda *a: _loss(ref, *a, w, wl), argnums=(0, 1, 2)))(q, k, v)
 
 
-def _check(tag, q, k, v, w, wl, causal, softmax_scale=None):
+def _check(tag, q, k, v, w, wl, causal, softmax_scale=None, deterministic=False):
     dtype = q.dtype
     _poison_allocator([(q.shape, dtype), (k.shape, dtype), (v.shape, dtype)])
-    grads = _grads(q, k, v, w, wl, causal, softmax_scale)
+    grads = _grads(q, k, v, w, wl, causal, softmax_scale, deterministic)
     oracle = _ref_grads(q, k, v, w, wl, causal, jnp.float64, softmax_scale)
     baseline = _ref_grads(q, k, v, w, wl, causal, dtype, softmax_scale)
     for name, g, o, bl, x in zip(
@@ -181,13 +187,83 @@ def test_long_sequence_many_query_blocks():
 @pytest.mark.parametrize("head_dim", HEAD_DIMS, ids=lambda d: f"d{d}")
 def test_dk_dv_repeat_bitwise(head_dim):
     """dK and dV are summed in registers by one CTA: two runs must give the same bits (a race
-    would show as a difference). dQ goes through float atomics and may differ in the last bits."""
+    would show as a difference). dQ goes through float atomics and may differ in the last bits
+    (unless deterministic=True: test_deterministic_repeats_bitwise_and_matches_oracle)."""
     q, k, v = random_qkv(jax.random.key(24), 2, 700, 600, 8, 2, head_dim, head_dim, jnp.bfloat16)
     w, wl = _weights(2, 700, 8, head_dim, with_lse=True)
     g1 = _grads(q, k, v, w, wl, True)
     g2 = _grads(q, k, v, w, wl, True)
     for a, b in zip(g1[1:], g2[1:], strict=True):
         np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+# deterministic=True: the dQ adds of each query block are ordered by key block (a semaphore per
+# (batch, q head, query block)), so two runs give the same bits for dq as well as dk and dv. The
+# shapes cover GQA, seq_q != seq_k both ways (causal with seq_q > seq_k: query blocks no key
+# block visits), many key blocks per query block (long waits), and the last, ragged blocks.
+DET_SHAPES = [
+    (2, 700, 600, 8, 2),
+    (1, 1000, 127, 8, 2),
+    (2, 127, 1000, 4, 4),
+    (1, 1500, 1500, 2, 1),
+]
+
+
+def _bits(x):
+    return np.asarray(x).view(np.uint16)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("head_dim", HEAD_DIMS, ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("shape", DET_SHAPES, ids=_id)
+def test_deterministic_repeats_bitwise_and_matches_oracle(shape, head_dim, dtype, causal):
+    b, sq, sk, hq, hkv = shape
+    key = jax.random.key(hash((shape, head_dim, jnp.dtype(dtype).name, causal, "det")) % 2**31)
+    q, k, v = random_qkv(key, b, sq, sk, hq, hkv, head_dim, head_dim, dtype)
+    w, wl = _weights(b, sq, hq, head_dim, with_lse=True)
+    tag = f"{_id(shape)} d{head_dim} {jnp.dtype(dtype).name} causal={causal} deterministic"
+    g1 = _check(tag, q, k, v, w, wl, causal, deterministic=True)  # poisons, checks vs the oracle
+    for run in range(2):
+        _poison_allocator([(x.shape, x.dtype) for x in (q, k, v)])
+        g2 = _grads(q, k, v, w, wl, causal, deterministic=True)
+        for name, a, b_ in zip(("dq", "dk", "dv"), g1, g2, strict=True):
+            np.testing.assert_array_equal(
+                _bits(a), _bits(b_), err_msg=f"{name} {tag}: run {run + 2} differs from run 1"
+            )
+
+
+def test_deterministic_and_default_agree_closely():
+    """Only the order of the float32 dQ adds differs between the modes: dk, dv bitwise equal,
+    dq within float32 rounding of the sum (then one rounding to bf16)."""
+    q, k, v = random_qkv(jax.random.key(26), 2, 700, 600, 8, 2, 128, 128, jnp.bfloat16)
+    w, wl = _weights(2, 700, 8, 128, with_lse=True)
+    det = _grads(q, k, v, w, wl, True, deterministic=True)
+    dflt = _grads(q, k, v, w, wl, True)
+    for name, a, b_ in zip(("dq", "dk", "dv"), det, dflt, strict=True):
+        a, b_ = np.asarray(a, np.float32), np.asarray(b_, np.float32)
+        atol = 1e-2 * float(np.abs(b_).max()) if name == "dq" else 0.0
+        np.testing.assert_allclose(a, b_, rtol=0, atol=atol, err_msg=name)
+
+
+def test_deterministic_under_vmap_repeats_bitwise():
+    n, b, s, h, d = 3, 1, 700, 4, 64
+    keys = jax.random.split(jax.random.key(27), 3)
+    q, k, v = (
+        jax.random.normal(kk, (n, b, s, h, d), jnp.float32).astype(jnp.bfloat16) for kk in keys
+    )
+
+    def loss(q, k, v):
+        o = jax_fa4.attention(q, k, v, causal=True, deterministic=True)
+        return jnp.sum(o.astype(jnp.float32) ** 2)
+
+    fn = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1, 2))))
+    g1 = fn(q, k, v)
+    _poison_allocator([(x.shape, x.dtype) for x in (q, k, v)])
+    g2 = fn(q, k, v)
+    for a, b_ in zip(g1, g2, strict=True):
+        assert np.isfinite(np.asarray(a, np.float32)).all()
+        np.testing.assert_array_equal(_bits(a), _bits(b_))
 
 
 def test_vmap_of_grad_equals_per_example_grads():
@@ -220,7 +296,9 @@ def test_hlo_holds_the_cuda_backward_custom_call():
     assert "jax_fa4_bwd_cuda" in text
 
 
-def _raw_bwd(q, k, v, o, lse, do, dlse, *, softmax_scale=0.125, causal=False, ws_extra=0):
+def _raw_bwd(
+    q, k, v, o, lse, do, dlse, *, softmax_scale=0.125, causal=False, deterministic=False, ws_extra=0
+):
     """Calls the FFI target directly, skipping every Python-side check; returns (dq, dk, dv).
     The 4th result is the uint8 workspace, ws_extra bytes more than the extension asks for."""
     b, sq, hq, d = q.shape
@@ -234,7 +312,18 @@ def _raw_bwd(q, k, v, o, lse, do, dlse, *, softmax_scale=0.125, causal=False, ws
             jax.ShapeDtypeStruct((ws_bytes,), jnp.uint8),
         ),
     )
-    out = call(q, k, v, o, lse, do, dlse, softmax_scale=np.float64(softmax_scale), causal=causal)
+    out = call(
+        q,
+        k,
+        v,
+        o,
+        lse,
+        do,
+        dlse,
+        softmax_scale=np.float64(softmax_scale),
+        causal=causal,
+        deterministic=deterministic,
+    )
     return tuple(out[:3])
 
 
@@ -282,3 +371,12 @@ def test_handler_checks_the_workspace_size():
         # dQ is summed by atomics (the order may vary); dK and dV repeat bitwise.
         atol = 1e-2 * float(np.abs(a).max()) if name == "dq" else 0.0
         np.testing.assert_allclose(a, b, rtol=0, atol=atol, err_msg=name)
+    # Deterministic mode reads its semaphores from the same workspace (at any base offset the
+    # split aligns): exact repeats, including with the larger, differently placed workspace.
+    det = [np.asarray(g, np.float32) for g in _raw_bwd(*args, deterministic=True)]
+    det2 = [
+        np.asarray(g, np.float32) for g in _raw_bwd(*args, deterministic=True, ws_extra=4096 + 48)
+    ]
+    for name, a, b in zip(("dq", "dk", "dv"), det, det2, strict=True):
+        assert np.isfinite(a).all(), name
+        np.testing.assert_array_equal(a, b, err_msg=f"{name} deterministic")

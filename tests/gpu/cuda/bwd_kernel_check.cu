@@ -1,8 +1,12 @@
 // Standalone check of the Hopper backward kernels, no JAX involved: random q, k, v, dO and lse
 // cotangent, the forward's o and lse from a float64 CPU forward, outputs (and the workspace)
-// poisoned with NaN before each launch, dq/dk/dv compared with a float64 CPU backward. Then
-// (--bench) kernel-only timings of the whole backward (preprocess + main + postprocess) on the
-// FlashAttention-3 grid. Build (on the GPU machine; see cuda/hopper/run_bwd_check.sh):
+// poisoned with NaN before each launch, dq/dk/dv compared with a float64 CPU backward; every case
+// runs twice in the default mode (dk, dv must repeat bitwise) and twice with deterministic = true
+// (dq, dk, dv must all repeat bitwise, and pass the same tolerance). Then (--bench) kernel-only
+// timings of the whole backward (preprocess + main + postprocess) on the FlashAttention-3 grid;
+// --deterministic-bench times the deterministic mode beside the default in each cell. A hang in
+// the deterministic mode (a semaphore never reaching its value) shows as a timeout of the whole
+// binary (run_bwd_check.sh runs it under `timeout`). Build (on the GPU machine; see cuda/hopper/run_bwd_check.sh):
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda \
 //        -Xcompiler -fopenmp tests/gpu/cuda/bwd_kernel_check.cu cuda/hopper/bwd_*.cu \
 //        cuda/hopper/tensor_map.cu -o bwd_check
@@ -153,7 +157,8 @@ static Err compare(const std::vector<uint16_t>& got, const std::vector<double>& 
   return e;
 }
 
-// Returns the number of failing variants (0 on pass).
+// Runs one case for every variant (and, for the library's variant of the head dim, in the
+// deterministic mode too), two launches each; returns the number of failing runs.
 static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std::vector<int>& variants, int* runs) {
   const size_t nq = size_t(c.b) * c.sq * c.hq * c.d, nk = size_t(c.b) * c.sk * c.hkv * c.d;
   const size_t nlse = size_t(c.b) * c.hq * c.sq;
@@ -207,7 +212,7 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
 
   BwdProblem p{dq_in, dk_in, dv_in, o_in, lse_in, do_in, dlse_in, dq, dk, dv,
                c.b,   c.sq,  c.sk,  c.hq, c.hkv,  c.d,   c.bf16 ? BwdDtype::kBf16 : BwdDtype::kF16,
-               float(scale), c.causal};
+               float(scale), c.causal, false};
   const size_t ws_bytes = fa4::hopper::bwd_workspace_bytes(p);
   void* ws_mem = dev(ws_bytes);
   const BwdWorkspace ws = fa4::hopper::bwd_workspace_from(ws_mem, p);
@@ -215,7 +220,10 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   int failures = 0;
   for (int variant : variants) {
   if (!variant_built(c.d, c.bf16, variant)) continue;
+  for (int det = 0; det < (variant == fa4::hopper::bwd_default_variant(c.d) ? 2 : 1); ++det) {
+  p.deterministic = det != 0;
   ++*runs;
+  const char* mode = det ? " det" : "    ";
   std::vector<uint16_t> gq[2], gk[2], gv[2];
   bool launched = true;
   for (int run = 0; run < 2 && launched; ++run) {
@@ -226,13 +234,13 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
     CHECK_CUDA(cudaMemset(ws_mem, 0xFF, std::max<size_t>(ws_bytes, 16)));
     std::string err = launch_variant(p, ws, variant);
     if (!err.empty()) {
-      std::printf("FAIL v%d %s: launch error: %s\n", variant, describe(c).c_str(), err.c_str());
+      std::printf("FAIL v%d %s%s: launch error: %s\n", variant, describe(c).c_str(), mode, err.c_str());
       launched = false;
       break;
     }
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
-      std::printf("FAIL v%d %s: kernel error %s\n", variant, describe(c).c_str(), cudaGetErrorString(e));
+      std::printf("FAIL v%d %s%s: kernel error %s\n", variant, describe(c).c_str(), mode, cudaGetErrorString(e));
       std::exit(2);  // the context is gone
     }
     gq[run].resize(nq);
@@ -248,7 +256,8 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
     continue;
   }
   // dK and dV come from registers of one CTA each: a second run must give the same bits (a moving
-  // result is a race). dQ is summed by float atomics in hardware order: not expected to repeat.
+  // result is a race). dQ is summed by float atomics in hardware order: not expected to repeat,
+  // except in the deterministic mode, where it must.
   const bool kv_same = gk[0] == gk[1] && gv[0] == gv[1];
   const bool q_same = gq[0] == gq[1];
   const Err eq = compare(gq[0], ref.dq, c.bf16), ek = compare(gk[0], ref.dk, c.bf16),
@@ -263,24 +272,29 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   const double floor = 1e-4;
   double ratio = 0;
   for (const Err* e : {&eq, &ek, &ev}) ratio = std::max(ratio, e->max_err / (tol * e->max_ref + floor));
-  const bool pass = eq.nonfinite + ek.nonfinite + ev.nonfinite == 0 && ratio <= 1.0 && kv_same;
+  const bool pass =
+      eq.nonfinite + ek.nonfinite + ev.nonfinite == 0 && ratio <= 1.0 && kv_same && (q_same || !det);
   *worst_ratio = std::max(*worst_ratio, ratio);
   failures += !pass;
-  std::printf("%s v%d %-62s rel err dq %.2e dk %.2e dv %.2e (tol %.0e) nonfinite %zu/%zu/%zu  dk,dv %s  dq %s\n",
-              pass ? "ok  " : "FAIL", variant, describe(c).c_str(), eq.max_ref > 0 ? eq.max_err / eq.max_ref : eq.max_err,
+  std::printf("%s v%d %-62s%s rel err dq %.2e dk %.2e dv %.2e (tol %.0e) nonfinite %zu/%zu/%zu  dk,dv %s  dq %s\n",
+              pass ? "ok  " : "FAIL", variant, describe(c).c_str(), mode, eq.max_ref > 0 ? eq.max_err / eq.max_ref : eq.max_err,
               ek.max_ref > 0 ? ek.max_err / ek.max_ref : ek.max_err, ev.max_ref > 0 ? ev.max_err / ev.max_ref : ev.max_err,
               tol, eq.nonfinite, ek.nonfinite, ev.nonfinite, kv_same ? "repeat" : "DIFFER ON RERUN",
-              q_same ? "repeats" : "differs on rerun (atomics)");
-  }
+              q_same ? "repeats" : (det ? "DIFFERS ON RERUN (deterministic mode)" : "differs on rerun (atomics)"));
+  }  // det
+  }  // variant
   for (void* ptr : {dq_in, dk_in, dv_in, do_in, o_in, static_cast<void*>(lse_in), static_cast<void*>(dlse_in), dq,
                     dk, dv, ws_mem})
     cudaFree(ptr);
   return failures;
 }
 
-static void bench(const std::vector<int>& seqs, const std::vector<int>& variants, const std::vector<int>& dims) {
+// with_det: also time the library's variant with deterministic = true (same buffers): rows "det".
+static void bench(const std::vector<int>& seqs, const std::vector<int>& variants, const std::vector<int>& dims,
+                  bool with_det) {
   std::printf("\nkernel-only backward timing (preprocess + main + postprocess), FA3 grid (bf16, 16k tokens, "
-              "hidden 2048), median of 10; TFLOP/s with backward FLOPs = 2.5 x forward\n");
+              "hidden 2048), median of 10; TFLOP/s with backward FLOPs = 2.5 x forward%s\n",
+              with_det ? "; variant 'det' = the library's variant in deterministic mode" : "");
   std::printf("%5s %7s %6s %6s %7s %10s %9s\n", "hd", "causal", "seq", "batch", "variant", "ms", "TFLOP/s");
   for (int d : dims) {
     for (int causal = 0; causal < 2; ++causal) {
@@ -302,15 +316,18 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
         CHECK_CUDA(cudaMemcpy(lse, hl.data(), hl.size() * 4, cudaMemcpyHostToDevice));
         CHECK_CUDA(cudaMemset(dlse, 0, hl.size() * 4));
         BwdProblem p{q, k, v, o, lse, dout, dlse, dq, dk, dv, b, s, s, h, h, d, BwdDtype::kBf16,
-                     1.f / std::sqrt(float(d)), causal != 0};
+                     1.f / std::sqrt(float(d)), causal != 0, false};
         void* ws_mem;
         CHECK_CUDA(cudaMalloc(&ws_mem, fa4::hopper::bwd_workspace_bytes(p)));
         const BwdWorkspace ws = fa4::hopper::bwd_workspace_from(ws_mem, p);
         cudaEvent_t e0, e1;
         cudaEventCreate(&e0);
         cudaEventCreate(&e1);
-        for (int variant : variants) {
+        for (int vi = 0; vi < int(variants.size()) + (with_det ? 1 : 0); ++vi) {
+        const bool det = vi == int(variants.size());
+        const int variant = det ? fa4::hopper::bwd_default_variant(d) : variants[vi];
         if (!variant_built(d, true, variant)) continue;
+        p.deterministic = det;
         std::vector<float> ms;
         for (int it = 0; it < 13; ++it) {
           cudaEventRecord(e0);
@@ -328,26 +345,28 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
         std::sort(ms.begin(), ms.end());
         const double med = ms[ms.size() / 2];
         const double flops = 2.5 * 4.0 * b * h * double(s) * s * d / (causal ? 2 : 1);
-        std::printf("%5d %7s %6d %6d %7d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, variant, med,
-                    flops / med / 1e9);
+        if (det)
+          std::printf("%5d %7s %6d %6d %7s %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, "det", med, flops / med / 1e9);
+        else
+          std::printf("%5d %7s %6d %6d %7d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, variant, med,
+                      flops / med / 1e9);
         std::fflush(stdout);
         }
         for (void* ptr : {q, k, v, o, dout, dq, dk, dv, static_cast<void*>(lse), static_cast<void*>(dlse), ws_mem})
           cudaFree(ptr);
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
       }
     }
   }
 }
 
 int main(int argc, char** argv) {
-  bool do_bench = false, do_check = true;
+  bool do_bench = false, do_check = true, det_bench = false;
   std::vector<int> seqs = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> only_d;
   std::vector<int> variants = {0, 1, 2, 3};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--bench")) do_bench = true;
+    if (!std::strcmp(argv[i], "--deterministic-bench")) do_bench = det_bench = true;
     if (!std::strcmp(argv[i], "--no-check")) do_check = false;
     if (!std::strcmp(argv[i], "--quick-bench")) seqs = {2048, 4096, 16384};
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
@@ -392,9 +411,9 @@ int main(int argc, char** argv) {
             c.with_dlse = (seed % 2) == 0;
             failures += run_case(c, seed++, &worst, variants, &total);
           }
-    std::printf("\n%d/%d cases passed (case x variant runs); worst max-error / tolerance = %.3f\n", total - failures,
+    std::printf("\n%d/%d cases passed (case x variant runs; the library variant also in deterministic mode); worst max-error / tolerance = %.3f\n", total - failures,
                 total, worst);
   }
-  if (do_bench) bench(seqs, variants, only_d.empty() ? std::vector<int>{64, 128, 256} : only_d);
+  if (do_bench) bench(seqs, variants, only_d.empty() ? std::vector<int>{64, 128, 256} : only_d, det_bench);
   return failures == 0 ? 0 : 1;
 }
