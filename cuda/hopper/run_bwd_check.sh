@@ -31,7 +31,8 @@ PIP_PID=$!
 
 NVCC_FLAGS="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo -Icuda"
 SRCS="cuda/hopper/bwd_hd64.cu cuda/hopper/bwd_hd128.cu cuda/hopper/bwd_hd256.cu cuda/hopper/bwd_launch.cu
-      cuda/hopper/tensor_map.cu tests/gpu/cuda/bwd_kernel_check.cu"
+      cuda/hopper/tensor_map.cu tests/gpu/cuda/bwd_variants_hd64.cu tests/gpu/cuda/bwd_variants_hd128.cu
+      tests/gpu/cuda/bwd_variants_hd256.cu tests/gpu/cuda/bwd_kernel_check.cu"
 for f in $SRCS; do
   n=$(basename "$f" .cu)
   nvcc $NVCC_FLAGS -Xcompiler -fopenmp -Xptxas -v -c "$f" -o build/bwd_check/$n.o > build/bwd_check/$n.log 2>&1 &
@@ -52,7 +53,8 @@ fi
 cat "$OUT/sass_facts.txt"
 
 stamp "standalone check + kernel-only timings"
-OMP_NUM_THREADS=8 timeout "$(cap 170 200)" build/bwd_check/bwd_check --deterministic-bench --quick-bench > "$OUT/bwd_check.txt" 2>&1
+OMP_NUM_THREADS=8 timeout "$(cap 170 200)" build/bwd_check/bwd_check --variants ${CHECK_VARIANTS:-0,3} \
+  --deterministic-bench --seqs ${BENCH_SEQS:-2048,16384} > "$OUT/bwd_check.txt" 2>&1
 CHECK_RC=$?
 grep -E "^FAIL|cases passed|TFLOP|^ +(64|128|256) " "$OUT/bwd_check.txt" | head -80
 grep -c "DIFFERS ON RERUN (deterministic mode)" "$OUT/bwd_check.txt" | sed 's/^/deterministic-mode dq reruns that differed: /'
@@ -75,7 +77,7 @@ XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotune_level=0" FA4_WORST_RATIO_FILE=$OUT/
 stamp "pytest rc=$?"
 tail -25 "$OUT/pytest_bwd.txt"
 
-if [ "$CHECK_RC" = 0 ] && [ "$(left)" -gt 60 ]; then
+if [ "$CHECK_RC" = 0 ] && [ "$(left)" -gt 60 ] && [ -z "${SKIP_JAX_BENCH:-}" ]; then
   stamp "benchmark: backward beside cuDNN"
   timeout "$(cap 150 5)" python3 benchmarks/bench_attention.py --impls jax_fa4,jax_fa4_det,cudnn --head-dims 64,128,256 \
     --seqs 2k,16k --no-matmul --max-seconds $(($(left) - 40)) --cell-timeout 60 \
