@@ -33,12 +33,14 @@
 // one CTA sums them in registers in a fixed order). With args.deterministic (a runtime flag: one
 // instantiation serves both modes) the adds of each (batch, q head, query block m) are ordered by
 // key block, FA3's scheme: an int32 semaphore per (batch, q head, query block), zeroed with
-// dq_accum, counts the key blocks that have added; key block n waits until it equals n, adds its
-// whole tile, makes the adds visible, and stores n + 1. Without DqViaTma the consumers do this
+// dq_accum, counts the key blocks that have added; a key block waits until it equals its rank
+// (bwd_dq_rank), adds its whole tile, makes the adds visible, and stores rank + 1. The key blocks
+// that visit m are exactly n = 0 .. n_last(m) (bwd_m_range's first query block never decreases
+// with n); non-causal ranks them n, causal n_last(m) - n (descending: the highest key block reaches
+// m first) with the key blocks launched last-first (bwd_key_block). Either way a CTA only waits
+// for CTAs of lower blockIdx.x, dispatched before it. Without DqViaTma the consumers do this
 // (dq_tile_wait / dq_tile_signal around add_dq_tile); with it the writer warp does (bwd_dq_writer),
-// the consumers are unchanged. The key blocks that visit m are exactly n = 0 .. n_last(m)
-// (bwd_m_range's first query block never decreases with n), so n is its rank. CTAs are launched
-// in key-block order (grid x), so a CTA only ever waits for one that started before it.
+// the consumers are unchanged.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -152,6 +154,28 @@ __device__ __forceinline__ void bwd_m_range(const BwdArgs& args, int n0, int* m_
   // Bottom-right causal: query i sees key j iff j <= i + seq_k - seq_q, so the first query that
   // sees key n0 is n0 - (seq_k - seq_q).
   *m_begin = Causal ? max(0, n0 - (args.seq_k - args.seq_q)) / Cfg::block_m() : 0;
+}
+
+// The key block this CTA owns. Deterministic causal launches key blocks last-first, so that every
+// CTA one waits on (those before it in a query block's order, bwd_dq_rank) was dispatched earlier.
+template <bool Causal>
+__device__ __forceinline__ int bwd_key_block(const BwdArgs& args) {
+  return Causal && args.deterministic ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+}
+
+// Deterministic mode: key block n's place in the order of the dQ adds to query block m. The key
+// blocks visiting m are n = 0 .. n_last(m) (bwd_m_range: n visits m iff n * block_n < x below).
+// Non-causal adds them in index order; causal in descending order, because the highest key block
+// reaches m first (its first query block is the latest), so in steady state nobody waits (in
+// index order every CTA would wait at its diagonal for all lower key blocks, halving throughput).
+template <class Cfg, bool Causal>
+__device__ __forceinline__ int bwd_dq_rank(const BwdArgs& args, int n, int m) {
+  if constexpr (Causal) {
+    const int x = (m + 1) * Cfg::block_m() + args.seq_k - args.seq_q;  // > n * block_n >= 0
+    return min(int(gridDim.x) - 1, (x - 1) / Cfg::block_n()) - n;
+  } else {
+    return n;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -373,12 +397,13 @@ __device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args
     float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
     for (int m = m_begin; m < m_end; ++m) {
       named_barrier_sync(kBwdBarDqFull, kBwdDqBarrierThreads);
-      // Deterministic mode: this key block's rank n = blockIdx.x (see the header comment).
+      // Deterministic mode: this key block's place in m's order (bwd_dq_rank).
       int* sem = args.deterministic ? args.dq_sem + (int64_t(batch) * args.heads_q + head) * (args.seq_q_pad / 64) + m
                                     : nullptr;
       if (lane == 0) {
+        const int rank = sem ? bwd_dq_rank<Cfg, Causal>(args, n0 / Cfg::block_n(), m) : 0;
         if (sem) {
-          while (ld_acquire_gpu(sem) != int(blockIdx.x)) {
+          while (ld_acquire_gpu(sem) != rank) {
           }
           fence_proxy_async_global();  // the bulk reduce (async proxy) after the acquire
         }
@@ -388,7 +413,7 @@ __device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args
           bulk_wait_all();             // the reduce's global writes are done ...
           fence_proxy_async_global();  // ... and ordered before the generic-proxy release
           __threadfence();
-          st_release_gpu(sem, int(blockIdx.x) + 1);
+          st_release_gpu(sem, rank + 1);
         }
       }
       if (++step < total_steps) {
@@ -410,14 +435,14 @@ template <class T, class Cfg>
 __device__ __forceinline__ void bwd_dq_out(float (&dq)[Cfg::dq_cols() / Cfg::dq_pieces() / 2], float* dq_rows,
                                            const uint8_t* ds_tile, const uint8_t* sK, int m0, int c,
                                            int qs, int dq_col0, int tid, int warp, int lane, int* dq_sem,
-                                           bool dq_sem_thread) {
+                                           int dq_rank, bool dq_sem_thread) {
   constexpr int kPieceCols = Cfg::dq_cols() / Cfg::dq_pieces();
   if constexpr (Cfg::dq_via_tma()) {
     stage_dq_tile<Cfg>(dq);  // deterministic mode: the writer warp orders the adds
   } else {
     // Deterministic mode (dq_sem != nullptr): the whole tile's adds, every piece of both
     // warpgroups, between the wait and the signal.
-    if (dq_sem) dq_tile_wait(dq_sem, int(blockIdx.x), dq_sem_thread);
+    if (dq_sem) dq_tile_wait(dq_sem, dq_rank, dq_sem_thread);
     add_dq_tile<Cfg, kPieceCols>(dq_rows, dq, m0 + 64 * qs, dq_col0, warp, lane);
 #pragma unroll
     for (int piece = 1; piece < Cfg::dq_pieces(); ++piece) {
@@ -428,7 +453,7 @@ __device__ __forceinline__ void bwd_dq_out(float (&dq)[Cfg::dq_cols() / Cfg::dq_
       fence_regs(dq);
       add_dq_tile<Cfg, kPieceCols>(dq_rows, dq, m0 + 64 * qs, dq_col0 + piece * kPieceCols, warp, lane);
     }
-    if (dq_sem) dq_tile_signal(dq_sem, int(blockIdx.x), dq_sem_thread);
+    if (dq_sem) dq_tile_signal(dq_sem, dq_rank, dq_sem_thread);
   }
 }
 
@@ -609,7 +634,9 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
       int* dq_sem = !Cfg::dq_via_tma() && args.deterministic
                         ? args.dq_sem + (int64_t(batch) * args.heads_q + kv_head * args.group + g) * (args.seq_q_pad / 64) + m
                         : nullptr;
-      bwd_dq_out<T, Cfg>(dq, dq_rows, ds_tile, sK, m0, c, qs, dq_col0, tid, warp, lane, dq_sem, dq_sem_thread);
+      const int dq_rank = dq_sem ? bwd_dq_rank<Cfg, Causal>(args, n0 / Cfg::block_n(), m) : 0;
+      bwd_dq_out<T, Cfg>(dq, dq_rows, ds_tile, sK, m0, c, qs, dq_col0, tid, warp, lane, dq_sem, dq_rank,
+                         dq_sem_thread);
 
       // Group D: the next step's dP^T (dO has advanced to its stage).
       issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0, has_next);
@@ -741,7 +768,9 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
         int* dq_sem = !Cfg::dq_via_tma() && args.deterministic
                           ? args.dq_sem + (int64_t(batch) * args.heads_q + head) * (args.seq_q_pad / 64) + m
                           : nullptr;
-        bwd_dq_out<T, Cfg>(dq, dq_rows, ds_tile, sK, m0, c, qs, dq_col0, tid, warp, lane, dq_sem, dq_sem_thread);
+        const int dq_rank = dq_sem ? bwd_dq_rank<Cfg, Causal>(args, n0 / Cfg::block_n(), m) : 0;
+        bwd_dq_out<T, Cfg>(dq, dq_rows, ds_tile, sK, m0, c, qs, dq_col0, tid, warp, lane, dq_sem, dq_rank,
+                           dq_sem_thread);
       }
     }
 
@@ -766,7 +795,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   auto* do_bars = q_bars + 1;
   static_assert(sizeof(Barriers) == 8 * 2 * Cfg::q_stages(), "barrier block size (bwd_config.cuh)");
 
-  const int n0 = int(blockIdx.x) * Cfg::block_n();
+  const int n0 = bwd_key_block<Causal>(args) * Cfg::block_n();
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
   const int wg = threadIdx.x / 128;
@@ -962,8 +991,9 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
     if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
     // Key blocks in index order: under a causal mask block 0 sees the most queries, so the
-    // longest CTAs start first. Deterministic mode relies on this order (grid x = key block,
-    // fastest-varying): a CTA waits only on key blocks of lower index, launched before it.
+    // longest CTAs start first. Deterministic mode relies on the dispatch order (grid x, the
+    // fastest-varying): a CTA waits only on CTAs of lower blockIdx.x, dispatched before it
+    // (causal deterministic maps blockIdx.x to key blocks last-first: bwd_key_block).
     const dim3 grid(unsigned((p.seq_k + Cfg::block_n() - 1) / Cfg::block_n()), unsigned(p.heads_kv),
                     unsigned(p.batch));
     kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, tdo, args);

@@ -488,6 +488,80 @@ def check_dq_tile(cfg: Cfg) -> list[str]:
     return errs[:10]
 
 
+# ---------------------------------------------------------------------------------------------
+# Deterministic mode's dQ order (bwd_kernel.cuh: bwd_m_range, bwd_key_block, bwd_dq_rank)
+
+
+def _m_range(n0, sq, sk, bm, causal):
+    m_end = (sq + bm - 1) // bm
+    return (max(0, n0 - (sk - sq)) // bm if causal else 0), m_end
+
+
+def _dq_rank(n, m, sq, sk, bm, bn, nblocks, causal):
+    if not causal:
+        return n
+    x = (m + 1) * bm + sk - sq
+    assert x >= 1
+    return min(nblocks - 1, (x - 1) // bn) - n
+
+
+def simulate_dq_order(heads, sq, sk, bm, bn, causal, slots):
+    """Replays the semaphore protocol: CTAs dispatched in blockIdx order, `slots` resident at a
+    time, each doing one (query block) step per tick when its semaphore allows. Returns the ticks,
+    or raises on a deadlock or on ranks that are not a permutation of the visitors."""
+    nb = (sk + bn - 1) // bn
+    ctas = []
+    for h in range(heads):
+        for b in range(nb):
+            n = nb - 1 - b if causal else b  # bwd_key_block in deterministic mode
+            mb, me = _m_range(n * bn, sq, sk, bm, causal)
+            ctas.append((h, n, list(range(mb, me))))
+    visitors = {}
+    for h, n, steps in ctas:
+        for m in steps:
+            visitors.setdefault((h, m), []).append(_dq_rank(n, m, sq, sk, bm, bn, nb, causal))
+    for key, ranks in visitors.items():
+        assert sorted(ranks) == list(range(len(ranks))), (sq, sk, bm, bn, causal, key, ranks)
+    sem, pos, resident, nxt, ticks = {}, [0] * len(ctas), [], 0, 0
+    while nxt < len(ctas) or resident:
+        while len(resident) < slots and nxt < len(ctas):
+            resident.append(nxt)
+            nxt += 1
+        moved = False
+        for i in list(resident):
+            h, n, steps = ctas[i]
+            if pos[i] == len(steps):
+                resident.remove(i)
+                moved = True
+                continue
+            m = steps[pos[i]]
+            r = _dq_rank(n, m, sq, sk, bm, bn, nb, causal)
+            if sem.get((h, m), 0) == r:
+                sem[(h, m)] = r + 1
+                pos[i] += 1
+                moved = True
+        ticks += 1
+        assert moved, f"deadlock: sq {sq} sk {sk} bm {bm} bn {bn} causal {causal} slots {slots}"
+    return ticks
+
+
+def check_dq_order():
+    errs = []
+    rng = np.random.default_rng(1)
+    for _ in range(1500):
+        bm, bn = [(64, 128), (128, 128), (64, 64)][rng.integers(3)]
+        sq, sk = int(rng.integers(1, 1500)), int(rng.integers(1, 1500))
+        causal = bool(rng.random() < 0.7)
+        try:
+            simulate_dq_order(
+                int(rng.integers(1, 3)), sq, sk, bm, bn, causal, int(rng.choice([1, 3, 132]))
+            )
+        except AssertionError as e:
+            errs.append(f"dq order: {e}")
+            break
+    return errs
+
+
 def main():
     rng = np.random.default_rng(0)
     errs = []
@@ -500,6 +574,10 @@ def main():
         na = " (n/a)" if d == 256 else ""
         print(f"hd{d}: DqViaTma fragment-order dQ tile {'ok' if not e3 else 'FAIL'}" + na)
         errs += e1 + e2 + e3
+    e4 = check_dq_order()
+    verdict = "ok" if not e4 else "FAIL"
+    print(f"deterministic dQ order (ranks, no deadlock, 1500 random shapes) {verdict}")
+    errs += e4
     for e in errs:
         print("  ", e)
     return 1 if errs else 0
