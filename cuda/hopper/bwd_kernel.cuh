@@ -37,6 +37,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -66,7 +67,48 @@ struct BwdArgs {
   int group;           // heads_q / heads_kv
   float scale_log2;    // softmax_scale * log2(e)
   float softmax_scale;
+  // Launch options (BwdLaunchOptions; 0 in the library's launch): pdl = launched as a programmatic
+  // dependent of the preprocess (griddepcontrol.wait before touching lse2 / delta / dq_accum);
+  // lpt_section > 0 = 1-D grid of n_blocks * heads_kv * batch CTAs in the sectioned
+  // longest-first order of bwd_block_coords.
+  int pdl;
+  int lpt_section;
+  int n_blocks;
+  int batch;
 };
+
+// PTX griddepcontrol (sm_90): wait until the prerequisite grid has completed and its memory is
+// visible / let the dependent grid be scheduled. Only called when the launch used
+// cudaLaunchAttributeProgrammaticStreamSerialization (args.pdl).
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// The CTA's (key block, kv head, batch). lpt_section == 0: grid (key blocks, kv heads, batch).
+// Else a 1-D grid: the (batch, kv head) pairs hb = batch * heads_kv + kv_head are cut into sections
+// of lpt_section consecutive pairs (the last may be shorter), sections in order, and inside a
+// section key block n major, pair minor: every pair's block 0 (under a causal mask the longest:
+// it sees every query block) first, the last-dispatched CTAs the shortest.
+__device__ __forceinline__ void bwd_block_coords(const BwdArgs& args, int* n_block, int* kv_head, int* batch) {
+  if (args.lpt_section == 0) {
+    *n_block = blockIdx.x;
+    *kv_head = blockIdx.y;
+    *batch = blockIdx.z;
+    return;
+  }
+  const int id = blockIdx.x;
+  const int pairs = args.heads_kv * args.batch;
+  const int per_section = args.lpt_section * args.n_blocks;
+  const int section = id / per_section;
+  const int rem = id - section * per_section;
+  const int first = section * args.lpt_section;
+  const int width = min(args.lpt_section, pairs - first);
+  const int hb = first + rem % width;
+  *n_block = rem / width;
+  *batch = hb / args.heads_kv;
+  *kv_head = hb - *batch * args.heads_kv;
+}
 
 template <class T> struct BwdMmaTag;
 template <> struct BwdMmaTag<__nv_bfloat16> { using type = Bf16; };
@@ -81,6 +123,9 @@ constexpr uint32_t kBwdConsumerThreads = 256;
 constexpr uint32_t kBwdBarDqFull = 2;
 constexpr uint32_t kBwdBarDqEmpty = 3;
 constexpr uint32_t kBwdDqBarrierThreads = kBwdConsumerThreads + 32;
+// DqInRing: the "dQ piece staged" barriers of even and odd steps (ids 2 and 3; that variant has no
+// DqFull / DqEmpty), same 288 threads: consumers arrive, the writer warp syncs.
+constexpr uint32_t kBwdBarDqRing = 2;
 
 template <class T>
 __device__ __forceinline__ uint32_t bwd_pack2(float lo, float hi) {
@@ -349,6 +394,84 @@ __device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args
     }
   }
   if (lane == 0) bulk_wait_all();  // source reads and global writes done before the CTA exits
+}
+
+// DqInRing (hd256): consumer side of one step's dQ, after every wgmma of this warpgroup for the
+// step has retired. Warpgroup c writes its 64 x dq_cols float32 piece in fragment order
+// (dq_frag_offset: register pair u of thread t at byte 1024 u + 8 t of the piece) into region c
+// of this step's Q stage (pairs u < 16) and of its dO stage (u >= 16): after the P^T/dS^T barrier
+// only c's own dK (Q) and dV (dO) wgmmas read those regions, and they have retired; the other
+// warpgroup's S^T / dP^T of the step retired before it reached that barrier. Then the generic
+// stores are made visible to the async proxy and the writer warp is signalled on the named
+// barrier of the step's parity (kBwdBarDqRing + step % 2, no wait): two ids so that an arrival for
+// step t + 2 (possible only once the writer freed stage t % 2, i.e. after its sync for step t)
+// can never meet an open generation of step t + 1.
+template <class Cfg>
+__device__ __forceinline__ void stage_dq_ring(const float (&dq)[Cfg::dq_cols() / 2], const uint8_t* q_tile,
+                                              const uint8_t* do_tile, int c, int tid, int step) {
+  constexpr int kHalfPairs = Cfg::dq_cols() / 8;  // register pairs per 16 KB region (16 at hd256)
+  static_assert(kHalfPairs * 1024 == int(Cfg::ring_region_bytes()), "a region holds half the piece");
+  static_assert(Cfg::dq_frag_offset(1, 0, 0) * 4 == 2 * int(Cfg::ring_region_bytes()), "piece c at 32 KB c");
+  const uint32_t within = uint32_t(c) * Cfg::ring_region_bytes() + 8u * uint32_t(tid);
+  const uint32_t qa = smem_addr(q_tile) + within;
+  const uint32_t da = smem_addr(do_tile) + within;
+#pragma unroll
+  for (int u = 0; u < kHalfPairs; ++u) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(qa + 1024 * u), "f"(dq[2 * u]), "f"(dq[2 * u + 1])
+                 : "memory");
+  }
+#pragma unroll
+  for (int u = 0; u < kHalfPairs; ++u) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(da + 1024 * u), "f"(dq[2 * (kHalfPairs + u)]),
+                 "f"(dq[2 * (kHalfPairs + u) + 1])
+                 : "memory");
+  }
+  fence_proxy_async_smem();
+  named_barrier_arrive(kBwdBarDqRing + uint32_t(step & 1), kBwdDqBarrierThreads);
+}
+
+// DqInRing: the dQ writer, warp 1 of the producer warpgroup (all 32 lanes at the named barriers).
+// Per step, in the consumers' order: sync on the step's barrier (both warpgroups' pieces are in
+// the ring stage), lane 0 adds the four 16 KB regions to the query block's fragment-order tile of
+// dq_accum (warpgroup c's piece at float 64 * dq_cols * c, its Q half first), waits until the bulk
+// engine has read them, and frees the Q and dO stage (their empty barriers count only this
+// arrival in this variant). THE place where dQ reaches global memory in this variant (a
+// deterministic mode's semaphore wraps the four adds, as in bwd_dq_writer).
+template <class Cfg, bool Causal, class Barriers>
+__device__ __forceinline__ void bwd_dq_ring_writer(uint8_t* smem, Barriers* q_bars, Barriers* do_bars,
+                                                   const BwdArgs& args, int n0, int kv_head, int batch, int lane) {
+  int m_begin, m_end;
+  bwd_m_range<Cfg, Causal>(args, n0, &m_begin, &m_end);
+  if (m_end <= m_begin) return;
+  constexpr uint32_t kRegion = Cfg::ring_region_bytes();
+  int stage = 0;
+  int step = 0;
+  for (int g = 0; g < args.group; ++g) {
+    const int head = kv_head * args.group + g;
+    float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
+    for (int m = m_begin; m < m_end; ++m) {
+      named_barrier_sync(kBwdBarDqRing + uint32_t(step & 1), kBwdDqBarrierThreads);
+      if (lane == 0) {
+        const uint8_t* q_tile = smem + Cfg::q_offset() + stage * Cfg::q_tile_bytes();
+        const uint8_t* do_tile = smem + Cfg::do_offset() + stage * Cfg::q_tile_bytes();
+        float* dst = dq_rows + int64_t(m) * Cfg::block_m() * Cfg::head_dim();
+#pragma unroll
+        for (int c = 0; c < Cfg::consumer_warpgroups(); ++c) {
+          float* piece = dst + c * 64 * Cfg::dq_cols();
+          bulk_reduce_add_f32(piece, reinterpret_cast<const float*>(q_tile + c * kRegion), kRegion);
+          bulk_reduce_add_f32(piece + kRegion / 4, reinterpret_cast<const float*>(do_tile + c * kRegion), kRegion);
+        }
+        bulk_commit();
+        bulk_wait_read();  // the async proxy has read the stage: the producer may refill it
+        mbarrier_arrive(&q_bars->empty[stage]);
+        mbarrier_arrive(&do_bars->empty[stage]);
+      }
+      __syncwarp();
+      if (++stage == Cfg::q_stages()) stage = 0;
+      ++step;
+    }
+  }
+  if (lane == 0) bulk_wait_all();  // global writes done before the CTA exits
 }
 
 // One step's dQ slice out of the consumer, once its wgmma has retired: DqViaTma -> the shared dQ
@@ -671,13 +794,20 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
           fence_regs(dsf);
         }
 
-        // Q, dO (and their lse2 / delta') are no longer read by this warpgroup.
-        q.release(elected);
-        dO.release(elected);
-        q.advance();
-        dO.advance();
+        if constexpr (Cfg::dq_in_ring()) {
+          // dQ into this warpgroup's halves of the Q/dO stage; the writer warp frees the stage.
+          stage_dq_ring<Cfg>(dq, q_tile, do_tile, c, tid, step);
+          q.advance();
+          dO.advance();
+        } else {
+          // Q, dO (and their lse2 / delta') are no longer read by this warpgroup.
+          q.release(elected);
+          dO.release(elected);
+          q.advance();
+          dO.advance();
 
-        bwd_dq_out<T, Cfg>(dq, dq_rows, ds_tile, sK, m0, c, qs, dq_col0, tid, warp, lane);
+          bwd_dq_out<T, Cfg>(dq, dq_rows, ds_tile, sK, m0, c, qs, dq_col0, tid, warp, lane);
+        }
       }
     }
 
@@ -702,9 +832,9 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   auto* do_bars = q_bars + 1;
   static_assert(sizeof(Barriers) == 8 * 2 * Cfg::q_stages(), "barrier block size (bwd_config.cuh)");
 
-  const int n0 = int(blockIdx.x) * Cfg::block_n();
-  const int kv_head = blockIdx.y;
-  const int batch = blockIdx.z;
+  int n_block, kv_head, batch;
+  bwd_block_coords(args, &n_block, &kv_head, &batch);
+  const int n0 = n_block * Cfg::block_n();
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -713,11 +843,14 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     tma_prefetch_map(&tm_v);
     tma_prefetch_map(&tm_do);
     mbarrier_init(kv_full, 1);
-    StagedPipeline<Cfg::q_stages(), 1>::init(q_bars, Cfg::consumer_warpgroups());
-    StagedPipeline<Cfg::q_stages(), 1>::init(do_bars, Cfg::consumer_warpgroups());
+    StagedPipeline<Cfg::q_stages(), 1>::init(q_bars, Cfg::ring_empty_arrivals());
+    StagedPipeline<Cfg::q_stages(), 1>::init(do_bars, Cfg::ring_empty_arrivals());
     fence_mbarrier_init();
   }
   __syncthreads();
+  // PDL: every CTA of this grid has started, so the postprocess may be scheduled (it waits for
+  // this grid's completion in griddep_wait before reading dq_accum).
+  if (args.pdl) griddep_launch_dependents();
 
   if (wg == 0) {
     setmaxnreg_dec<Cfg::producer_regs()>();
@@ -736,6 +869,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
         for (int c = 0; c < Cfg::chunks(); ++c) {
           tma_load_4d(smem + Cfg::v_offset() + c * Cfg::chunk_bytes_kv(), &tm_v, kv_full, c * 64, n0, kv_head, batch);
         }
+        // PDL: K and V (inputs) are already on their way; lse2 / delta' come from the preprocess.
+        if (args.pdl) griddep_wait();
         StagedPipeline<Cfg::q_stages(), 1> q_ring{q_bars};
         StagedPipeline<Cfg::q_stages(), 1> do_ring{do_bars};
         float* sLse = reinterpret_cast<float*>(smem + Cfg::lse_offset());
@@ -752,10 +887,15 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
         }
       }
     } else if (Cfg::dq_via_tma() && threadIdx.x / 32 == 1) {
+      if (args.pdl) griddep_wait();  // dq_accum is zeroed by the preprocess
       bwd_dq_writer<Cfg, Causal>(smem, args, n0, kv_head, batch, threadIdx.x % 32);
+    } else if (Cfg::dq_in_ring() && threadIdx.x / 32 == 1) {
+      if (args.pdl) griddep_wait();
+      bwd_dq_ring_writer<Cfg, Causal>(smem, q_bars, do_bars, args, n0, kv_head, batch, threadIdx.x % 32);
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
+    if (args.pdl) griddep_wait();  // red.global into dq_accum (zeroed by the preprocess)
     bwd_consumer<T, Cfg, Causal>(wg - 1, smem, kv_full, q_bars, do_bars, args, n0, kv_head, batch);
   }
 }
@@ -824,7 +964,7 @@ __global__ void __launch_bounds__(256) bwd_postprocess(const float* dq_accum, T*
   const int i = int(bi % seq_q);
   const int b = int(bi / seq_q);
   const float* src;
-  if constexpr (Cfg::dq_via_tma()) {
+  if constexpr (Cfg::dq_frag_layout()) {
     constexpr int BM = Cfg::block_m();
     src = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + (i / BM) * BM) * HeadDim +
           Cfg::dq_accum_offset(i % BM, cv * kVec);
@@ -839,6 +979,87 @@ __global__ void __launch_bounds__(256) bwd_postprocess(const float* dq_accum, T*
   out.z = bwd_pack2<T>(c.x * scale, c.y * scale);
   out.w = bwd_pack2<T>(c.z * scale, c.w * scale);
   *reinterpret_cast<uint4*>(dq + bi * heads_q * HeadDim + int64_t(head) * HeadDim + cv * kVec) = out;
+}
+
+// BwdLaunchOptions::fused_prepost: the preprocess that also zeroes dq_accum (no memset), grid
+// (seq_q_pad / rows per block, heads_q, batch), HeadDim / 8 threads per row (16-byte loads of O and
+// dO, two 16-byte zero stores of the row's dq_accum floats: any tile order of dq_accum covers the
+// same rows), several rows per warp at hd64/hd128. pdl: lets the main kernel be scheduled at once
+// (it waits in griddep_wait for this grid to complete before reading what it writes).
+template <class T, int HeadDim>
+__global__ void __launch_bounds__(256) bwd_preprocess_zero(const T* o, const T* d_o, const float* lse,
+                                                           const float* dlse, float* lse2, float* delta,
+                                                           float* dq_accum, int seq_q, int seq_q_pad,
+                                                           int heads_q, int pdl) {
+  constexpr int kVec = 8;
+  constexpr int kLanes = HeadDim / kVec;  // threads per row: 8, 16, 32
+  constexpr int kRowsPerBlock = 256 / kLanes;
+  static_assert(kLanes <= 32 && 128 % kRowsPerBlock == 0, "rows of one warp; blocks tile seq_q_pad");
+  if (pdl) griddep_launch_dependents();
+  const int head = blockIdx.y;
+  const int b = blockIdx.z;
+  const int i = int(blockIdx.x) * kRowsPerBlock + int(threadIdx.x) / kLanes;  // < seq_q_pad
+  const int lane = threadIdx.x % kLanes;
+  const int64_t bh = int64_t(b) * heads_q + head;
+  float acc = 0.f;
+  if (i < seq_q) {
+    const int64_t off = ((int64_t(b) * seq_q + i) * heads_q + head) * HeadDim + lane * kVec;
+    const uint4 ov = *reinterpret_cast<const uint4*>(o + off);
+    const uint4 dv = *reinterpret_cast<const uint4*>(d_o + off);
+    const T* op = reinterpret_cast<const T*>(&ov);
+    const T* dp = reinterpret_cast<const T*>(&dv);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) acc += float(op[k]) * float(dp[k]);
+  }
+  float4* z = reinterpret_cast<float4*>(dq_accum + (bh * seq_q_pad + i) * HeadDim) + 2 * lane;
+  z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+  z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int off = kLanes / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, off);
+  if (lane == 0) {
+    float l2 = INFINITY, dl = 0.f;
+    if (i < seq_q) {
+      const int64_t li = bh * seq_q + i;
+      const float l = lse[li];
+      if (l != -INFINITY) {
+        l2 = l * 1.4426950408889634f;
+        dl = acc - dlse[li];
+      }
+    }
+    lse2[bh * seq_q_pad + i] = l2;
+    delta[bh * seq_q_pad + i] = dl;
+  }
+}
+
+// BwdLaunchOptions::fused_prepost: bwd_postprocess with (head, batch) from the grid (y, z) and only
+// power-of-two divisions. pdl: launched as a dependent of the main kernel; waits for it here.
+template <class T, int HeadDim, class Cfg>
+__global__ void __launch_bounds__(256) bwd_postprocess_grid(const float* dq_accum, T* dq, float scale, int seq_q,
+                                                            int seq_q_pad, int heads_q, int pdl) {
+  constexpr int kVec = 8;
+  if (pdl) griddep_wait();
+  const int64_t idx = int64_t(blockIdx.x) * 256 + threadIdx.x;  // over seq_q * HeadDim / 8
+  if (idx >= int64_t(seq_q) * (HeadDim / kVec)) return;
+  const int head = blockIdx.y;
+  const int b = blockIdx.z;
+  const int cv = int(idx % (HeadDim / kVec));
+  const int i = int(idx / (HeadDim / kVec));
+  const int64_t bh = int64_t(b) * heads_q + head;
+  const float* src;
+  if constexpr (Cfg::dq_frag_layout()) {
+    constexpr int BM = Cfg::block_m();
+    src = dq_accum + (bh * seq_q_pad + (i / BM) * BM) * HeadDim + Cfg::dq_accum_offset(i % BM, cv * kVec);
+  } else {
+    src = dq_accum + (bh * seq_q_pad + i) * HeadDim + cv * kVec;
+  }
+  const float4 a = *reinterpret_cast<const float4*>(src);
+  const float4 c = *reinterpret_cast<const float4*>(src + 4);
+  uint4 out;
+  out.x = bwd_pack2<T>(a.x * scale, a.y * scale);
+  out.y = bwd_pack2<T>(a.z * scale, a.w * scale);
+  out.z = bwd_pack2<T>(c.x * scale, c.y * scale);
+  out.w = bwd_pack2<T>(c.z * scale, c.w * scale);
+  *reinterpret_cast<uint4*>(dq + ((int64_t(b) * seq_q + i) * heads_q + head) * HeadDim + cv * kVec) = out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -856,6 +1077,19 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
     return std::string("backward ") + what + " failed: " + cudaGetErrorString(err);
   };
 
+  // Launch options (BwdLaunchOptions, all off in the library). The grid-indexed pre/postprocess
+  // need heads_q and batch within gridDim.y / z (65535); else the v2 kernels run.
+  const BwdLaunchOptions opt = bwd_launch_options();
+  const bool fused = opt.fused_prepost && p.heads_q <= 65535 && p.batch <= 65535;
+  const bool pdl = fused && opt.pdl;
+  constexpr int kPreRows = 256 / (D / 8);
+  if (fused) {
+    bwd_preprocess_zero<T, D><<<dim3(unsigned(pad / kPreRows), unsigned(p.heads_q), unsigned(p.batch)), 256, 0,
+                                 stream>>>(static_cast<const T*>(p.o), static_cast<const T*>(p.d_o), p.lse, p.dlse,
+                                           ws.lse2, ws.delta, ws.dq_accum, int(p.seq_q), int(pad),
+                                           int(p.heads_q), pdl ? 1 : 0);
+    if ((e = cudaGetLastError()) != cudaSuccess) return fail("preprocess launch", e);
+  } else {
   e = cudaMemsetAsync(ws.dq_accum, 0, size_t(p.batch) * p.heads_q * pad * D * sizeof(float), stream);
   if (e != cudaSuccess) return fail("dq_accum memset", e);
   {
@@ -865,7 +1099,9 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
         int(p.batch), int(p.seq_q), int(pad), int(p.heads_q));
     if ((e = cudaGetLastError()) != cudaSuccess) return fail("preprocess launch", e);
   }
+  }
 
+  bool main_launched = false;
   if (p.seq_k > 0) {
     CUtensorMap tq, tk, tv, tdo;
     std::string err;
@@ -894,10 +1130,64 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
     if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
     // Key blocks in index order: under a causal mask block 0 sees the most queries, so the
     // longest CTAs start first.
-    const dim3 grid(unsigned((p.seq_k + Cfg::block_n() - 1) / Cfg::block_n()), unsigned(p.heads_kv),
-                    unsigned(p.batch));
-    kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, tdo, args);
+    const int64_t n_blocks = (p.seq_k + Cfg::block_n() - 1) / Cfg::block_n();
+    dim3 grid(unsigned(n_blocks), unsigned(p.heads_kv), unsigned(p.batch));
+    args.pdl = pdl ? 1 : 0;
+    args.lpt_section = 0;
+    args.n_blocks = int(n_blocks);
+    args.batch = int(p.batch);
+    const int64_t pairs = p.heads_kv * p.batch;
+    if (opt.lpt && Causal && n_blocks * pairs <= INT32_MAX) {
+      // Section = the (batch, kv head) pairs whose Q, dO (2 x 2 bytes) and dq_accum (4 bytes) rows
+      // fit lpt_section_bytes, rounded down to a power of two, at least 1.
+      const int64_t pair_bytes = std::max<int64_t>(1, (p.heads_q / p.heads_kv) * p.seq_q * D * 8);
+      int64_t section = 1;
+      while (section * 2 * pair_bytes <= opt.lpt_section_bytes && section * 2 <= pairs) section *= 2;
+      args.lpt_section = int(section);
+      grid = dim3(unsigned(n_blocks * pairs), 1, 1);
+    }
+    if (pdl) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = grid;
+      cfg.blockDim = dim3(Cfg::threads());
+      cfg.dynamicSmemBytes = Cfg::smem_bytes();
+      cfg.stream = stream;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      e = cudaLaunchKernelEx(&cfg, kernel, tq, tk, tv, tdo, args);
+      if (e != cudaSuccess) return fail("main kernel launch (PDL)", e);
+    } else {
+      kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, tdo, args);
+    }
     if ((e = cudaGetLastError()) != cudaSuccess) return fail("main kernel launch", e);
+    main_launched = true;
+  }
+
+  if (fused) {
+    const unsigned blocks_x = unsigned((p.seq_q * (D / 8) + 255) / 256);
+    auto post = bwd_postprocess_grid<T, D, Cfg>;
+    const float* acc = ws.dq_accum;
+    T* dq_out = static_cast<T*>(p.dq);
+    const float scale = p.softmax_scale;
+    const int sq = int(p.seq_q), pd = int(pad), hq = int(p.heads_q);
+    // PDL only behind the main kernel (after the preprocess, a plain launch: nothing to overlap).
+    const int post_pdl = (pdl && main_launched) ? 1 : 0;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks_x, unsigned(p.heads_q), unsigned(p.batch));
+    cfg.blockDim = dim3(256);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = post_pdl ? 1 : 0;
+    e = cudaLaunchKernelEx(&cfg, post, acc, dq_out, scale, sq, pd, hq, post_pdl);
+    if (e != cudaSuccess) return fail("postprocess launch", e);
+    return {};
   }
 
   {
