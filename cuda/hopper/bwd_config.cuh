@@ -14,7 +14,7 @@
 //     of 64 x dq_cols(), one per warpgroup, added to a float32 accumulator in global memory.
 //
 // Variants (bwd v2/v3, NOTES.md), compile-time flags; variant number = bit 0 PipelineScores +
-// bit 1 DqViaTma + bit 2 DqInRing (BwdConfig<HeadDim, Variant>):
+// bit 1 DqViaTma + bit 2 DqInRing + bit 3 Persistent (BwdConfig<HeadDim, Variant>):
 //   PipelineScores: step t+1's S^T = K Q^T is issued right after step t's dQ wgmma, before the
 //     dQ wait and the dQ adds, and dP^T of t+1 right after the adds, so the tensor cores have
 //     queued work while the consumers add dQ (v1 issued both only at the top of the next step).
@@ -35,8 +35,12 @@
 namespace fa4::hopper {
 
 template <int HeadDim, int BlockM, int BlockN, int ProducerRegs, int ConsumerRegs, int DqPieces = 1,
-          bool PipelineScores = false, bool DqViaTma = false, bool DqInRing = false>
+          bool PipelineScores = false, bool DqViaTma = false, bool DqInRing = false, bool Persistent = false>
 struct BwdTile {
+  // Persistent (bwd v3): one CTA per SM loops over (key block, kv head, batch) tiles taken from a
+  // global counter (bwd_kernel_persistent); the next tile's K/V loads overlap this tile's dK/dV
+  // stores, the Q/dO ring and the dQ handshakes run on across tiles.
+  static constexpr bool persistent() { return Persistent; }
   static constexpr bool pipeline_scores() { return PipelineScores; }
   static constexpr bool dq_via_tma() { return DqViaTma; }
   // DqInRing (bwd v3, hd256): the dQ piece of warpgroup c is staged in the parts of this step's Q
@@ -93,7 +97,9 @@ struct BwdTile {
   static constexpr uint32_t delta_offset() { return lse_offset() + q_stages() * vec_bytes(); }
   static constexpr uint32_t barrier_offset() { return delta_offset() + q_stages() * vec_bytes(); }
   // kv_full, then the Q ring's full[q_stages][1] + empty[q_stages], then the dO ring's.
-  static constexpr uint32_t barrier_bytes() { return 8 * (1 + 2 * (2 * q_stages())); }
+  static constexpr uint32_t barrier_bytes() { return 8 * (1 + 2 * (2 * q_stages())) + (Persistent ? 32 : 0); }
+  // Persistent: after the ring barriers, kv_empty (8 B), tile_full[2] (16 B), tile ids int[2] (8 B).
+  static constexpr uint32_t persistent_offset() { return barrier_offset() + 8 * (1 + 2 * (2 * q_stages())); }
   // Arrivals that free a Q / dO ring stage: one elected thread per consumer warpgroup, or
   // (DqInRing) lane 0 of the dQ writer warp once its bulk reduce-add has read the stage.
   static constexpr uint32_t ring_empty_arrivals() { return DqInRing ? 1 : consumer_warpgroups(); }
@@ -164,14 +170,15 @@ struct BwdConfig;
 // dK/dV 64 x 64 per warpgroup, dQ split by query rows.
 template <int V>
 struct BwdConfig<64, V> : BwdTile</*HeadDim=*/64, /*BlockM=*/128, /*BlockN=*/128, /*ProducerRegs=*/24,
-                                   /*ConsumerRegs=*/240, /*DqPieces=*/1, (V & 1) != 0, (V & 2) != 0> {
+                                   /*ConsumerRegs=*/240, /*DqPieces=*/1, (V & 1) != 0, (V & 2) != 0, false,
+                                   (V & 8) != 0> {
   static_assert((V & 4) == 0, "DqInRing is hd256 only");
 };
 
 // hd128 (FA3's causal 64 x 128): dK and dV 64 x 128 per warpgroup (64 + 64 registers), S and dP
 // 64 x 64 (32 + 32), dQ split by head-dim columns.
 template <int V>
-struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 2) != 0> {
+struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 2) != 0, false, (V & 8) != 0> {
   static_assert((V & 4) == 0, "DqInRing is hd256 only");
 };
 
@@ -184,7 +191,7 @@ struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 
 // DqInRing (V & 4, hd256 only): the dQ pieces go through the Q/dO ring stages (see the top).
 template <int V>
 struct BwdConfig<256, V> : BwdTile<256, 64, 64, 24, 240, /*DqPieces=*/(V & 1) ? 2 : 1, (V & 1) != 0, false,
-                                   (V & 4) != 0> {
+                                   (V & 4) != 0, (V & 8) != 0> {
   static_assert((V & 2) == 0, "hd256 has no DqViaTma variant");
   static_assert((V & 5) != 5, "DqInRing uses the v1 schedule (no PipelineScores)");
 };

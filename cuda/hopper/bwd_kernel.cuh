@@ -500,12 +500,16 @@ __device__ __forceinline__ void bwd_dq_out(float (&dq)[Cfg::dq_cols() / Cfg::dq_
   }
 }
 
-template <class T, class Cfg, bool Causal>
-__device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_full,
-                                             typename StagedPipeline<Cfg::q_stages(), 1>::Barriers* q_bars,
-                                             typename StagedPipeline<Cfg::q_stages(), 1>::Barriers* do_bars,
-                                             const BwdArgs& args, int n0, int kv_head, int batch) {
-  using Ring = TmaConsumerPipeline<T, typename Cfg::RowRing, false>;
+// One consumer warpgroup's work on one tile (key block n0 of kv head `kv_head`, batch `batch`).
+// The rings q / dO carry on from the previous tile (persistent kernel) or start fresh; step0 = the
+// steps this CTA did before (the P^T/dS^T buffer and DqInRing barrier parity run on across tiles);
+// K/V are awaited on kv_full with parity kv_parity; kv_empty (persistent kernel only, else null)
+// gets this warpgroup's arrival once no wgmma reads K/V any more, before the dK/dV stores.
+// Returns the number of steps done.
+template <class T, class Cfg, bool Causal, class Ring>
+__device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t* kv_full, uint32_t kv_parity,
+                                                 uint64_t* kv_empty, Ring& q, Ring& dO, int step0,
+                                                 const BwdArgs& args, int n0, int kv_head, int batch) {
   constexpr int NS = Cfg::s_cols();
   constexpr int BM = Cfg::block_m();
   const int tid = threadIdx.x % 128;
@@ -528,9 +532,6 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
   const float* sLse = reinterpret_cast<const float*>(smem + Cfg::lse_offset());
   const float* sDelta = reinterpret_cast<const float*>(smem + Cfg::delta_offset());
 
-  Ring q(q_bars, smem + Cfg::q_offset());
-  Ring dO(do_bars, smem + Cfg::do_offset());
-
   float dk[Cfg::dkv_cols() / 2];
   float dv[Cfg::dkv_cols() / 2];
 #pragma unroll
@@ -539,12 +540,13 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
   int m_begin, m_end;
   bwd_m_range<Cfg, Causal>(args, n0, &m_begin, &m_end);
   const bool any = m_end > m_begin;
-  if (any) mbarrier_wait(kv_full, 0);
+  if (any) mbarrier_wait(kv_full, kv_parity);
 
   // This thread's first key row (the second is +8) and the offset of its first query column.
   const int key_row0 = n0 + 64 * r + 16 * warp + lane / 4;
   const int col_in_slice = 2 * (lane % 4);
-  int step = 0;
+  int step = step0;
+  const int tile_steps = any ? args.group * (m_end - m_begin) : 0;
 
   if constexpr (Cfg::pipeline_scores()) {
     // ---- PipelineScores schedule (bwd v2). One iteration = the second half of step t and the
@@ -631,18 +633,19 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
     issue_st_step<T, Cfg>(st, q, sK, r, s_col0, total_steps > 0);
     issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0, total_steps > 0);
     if (total_steps > 0) {
-      scores_to_ds(m_begin * BM, q.pipe.stage, 0);
+      scores_to_ds(m_begin * BM, q.pipe.stage, step0);
     } else {
       wgmma_wait<0>();
     }
     int g = 0, m = m_begin;
-    for (int step = 0; step < total_steps; ++step) {
+    // (`step` = step0 + the step inside this tile: the P^T/dS^T buffer of the step.)
+    for (int step = step0; step < step0 + total_steps; ++step) {
       // (DqViaTma: dq_rows and g unused here, the writer warp addresses dq_accum.)
       float* dq_rows = Cfg::dq_via_tma() ? nullptr
                                          : args.dq_accum + (int64_t(batch) * args.heads_q + kv_head * args.group + g) *
                                                                args.seq_q_pad * Cfg::head_dim();
       const int m0 = m * BM;
-      const bool has_next = step + 1 < total_steps;
+      const bool has_next = step + 1 < step0 + total_steps;
       uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
 
       // Group B.
@@ -813,10 +816,15 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
 
   }
 
+  // Persistent: no wgmma of this warpgroup reads K/V any more (every path above ends in a
+  // wait<0>), so the producer may load the next tile's while the dK/dV stores run.
+  if (kv_empty != nullptr && any && elected) mbarrier_arrive(kv_empty);
+
   // Epilogue: dK = softmax_scale * dS^T Q summed over the group, dV = P^T dO; rows past seq_k
   // dropped. A key block no query sees (possible only with seq_q == 0) writes zeros.
   store_dkv<T, Cfg>(args.dk, dk, args.softmax_scale, args, n0, r, dkv_col0, kv_head, batch, warp, lane);
   store_dkv<T, Cfg>(args.dv, dv, 1.f, args, n0, r, dkv_col0, kv_head, batch, warp, lane);
+  return tile_steps;
 }
 
 template <class T, class Cfg, bool Causal>
@@ -896,7 +904,273 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
     if (args.pdl) griddep_wait();  // red.global into dq_accum (zeroed by the preprocess)
-    bwd_consumer<T, Cfg, Causal>(wg - 1, smem, kv_full, q_bars, do_bars, args, n0, kv_head, batch);
+    using Ring = TmaConsumerPipeline<T, typename Cfg::RowRing, false>;
+    Ring q(q_bars, smem + Cfg::q_offset());
+    Ring dO(do_bars, smem + Cfg::do_offset());
+    bwd_consumer_tile<T, Cfg, Causal>(wg - 1, smem, kv_full, 0, nullptr, q, dO, 0, args, n0, kv_head, batch);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Persistent kernel (variant bit 3, bwd v3; standalone harness only)
+// ---------------------------------------------------------------------------------------------
+
+// Tile counter of the persistent kernel: [0] = tiles handed out past the first gridDim.x, [1] =
+// CTAs that found no tile left. Self-cleaning: the last CTA to find none resets both, so every
+// launch starts from 0 (zero-initialised with the module; launches on one stream never overlap
+// here: the next main kernel is behind at least the next preprocess). One per translation unit
+// (static, no -rdc), i.e. per variant file; not safe for two backward calls running
+// concurrently on two streams -- a library version would put it in the workspace.
+static __device__ int g_bwd_tile_counter[2];
+
+// Tile id -> (key block, kv head, batch). lpt_section == 0: key block fastest (v2's grid order);
+// else bwd_block_coords' sectioned longest-first order.
+__device__ __forceinline__ void bwd_tile_coords(const BwdArgs& args, int id, int* n_block, int* kv_head,
+                                                int* batch) {
+  int hb;
+  if (args.lpt_section == 0) {
+    hb = id / args.n_blocks;
+    *n_block = id - hb * args.n_blocks;
+  } else {
+    const int pairs = args.heads_kv * args.batch;
+    const int per_section = args.lpt_section * args.n_blocks;
+    const int section = id / per_section;
+    const int rem = id - section * per_section;
+    const int first = section * args.lpt_section;
+    const int width = min(args.lpt_section, pairs - first);
+    hb = first + rem % width;
+    *n_block = rem / width;
+  }
+  *batch = hb / args.heads_kv;
+  *kv_head = hb - *batch * args.heads_kv;
+}
+
+__device__ __forceinline__ int bwd_read_tile_id(const int* ids, int it) {
+  return *reinterpret_cast<const volatile int*>(ids + (it & 1));
+}
+
+// Persistent DqViaTma writer: bwd_dq_writer's protocol run on across tiles (one DqEmpty
+// pre-arrival at the start, an arrival after every step but the CTA's very last). At a tile's
+// last step it peeks at the next tile id (published by the loader once it has issued all of this
+// tile's loads, which it has: this step's DqFull means its Q/dO arrived) to know whether that step
+// is the last one.
+template <class Cfg, bool Causal>
+__device__ __forceinline__ void bwd_dq_writer_persistent(uint8_t* smem, const BwdArgs& args, uint64_t* tile_full,
+                                                         const int* ids, int lane) {
+  const float* sdq = reinterpret_cast<const float*>(smem + Cfg::dq_offset());
+  int it = 0;
+  mbarrier_wait(&tile_full[0], 0);
+  int id = bwd_read_tile_id(ids, 0);
+  if (id < 0) return;
+  named_barrier_arrive(kBwdBarDqEmpty, kBwdDqBarrierThreads);
+  while (true) {
+    int n_block, kv_head, batch, m_begin, m_end;
+    bwd_tile_coords(args, id, &n_block, &kv_head, &batch);
+    bwd_m_range<Cfg, Causal>(args, n_block * Cfg::block_n(), &m_begin, &m_end);
+    // Every tile has a step: seq_q > 0 (launch_bwd_checked), so m_begin < m_end (bwd_m_range).
+    int next = -1;
+    for (int g = 0; g < args.group; ++g) {
+      const int head = kv_head * args.group + g;
+      float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
+      for (int m = m_begin; m < m_end; ++m) {
+        named_barrier_sync(kBwdBarDqFull, kBwdDqBarrierThreads);
+        if (lane == 0) {
+          bulk_reduce_add_f32(dq_rows + int64_t(m) * Cfg::block_m() * Cfg::head_dim(), sdq, Cfg::dq_tile_bytes());
+          bulk_commit();
+        }
+        bool more = true;
+        if (g == args.group - 1 && m == m_end - 1) {
+          mbarrier_wait(&tile_full[(it + 1) & 1], ((it + 1) >> 1) & 1);
+          next = bwd_read_tile_id(ids, it + 1);
+          more = next >= 0;
+        }
+        if (more) {
+          if (lane == 0) bulk_wait_read();
+          __syncwarp();
+          named_barrier_arrive(kBwdBarDqEmpty, kBwdDqBarrierThreads);
+        }
+      }
+    }
+    ++it;
+    if (next < 0) break;
+    id = next;
+  }
+  if (lane == 0) bulk_wait_all();
+}
+
+// Persistent DqInRing writer: bwd_dq_ring_writer's loop run on across tiles (the ring stage and
+// the barrier parity continue; no pre-arrival protocol, so no peeking).
+template <class Cfg, bool Causal, class Barriers>
+__device__ __forceinline__ void bwd_dq_ring_writer_persistent(uint8_t* smem, Barriers* q_bars, Barriers* do_bars,
+                                                              const BwdArgs& args, uint64_t* tile_full,
+                                                              const int* ids, int lane) {
+  constexpr uint32_t kRegion = Cfg::ring_region_bytes();
+  int stage = 0;
+  int step = 0;
+  for (int it = 0;; ++it) {
+    mbarrier_wait(&tile_full[it & 1], (it >> 1) & 1);
+    const int id = bwd_read_tile_id(ids, it);
+    if (id < 0) break;
+    int n_block, kv_head, batch, m_begin, m_end;
+    bwd_tile_coords(args, id, &n_block, &kv_head, &batch);
+    bwd_m_range<Cfg, Causal>(args, n_block * Cfg::block_n(), &m_begin, &m_end);
+    for (int g = 0; g < args.group; ++g) {
+      const int head = kv_head * args.group + g;
+      float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
+      for (int m = m_begin; m < m_end; ++m) {
+        named_barrier_sync(kBwdBarDqRing + uint32_t(step & 1), kBwdDqBarrierThreads);
+        if (lane == 0) {
+          const uint8_t* q_tile = smem + Cfg::q_offset() + stage * Cfg::q_tile_bytes();
+          const uint8_t* do_tile = smem + Cfg::do_offset() + stage * Cfg::q_tile_bytes();
+          float* dst = dq_rows + int64_t(m) * Cfg::block_m() * Cfg::head_dim();
+#pragma unroll
+          for (int c = 0; c < Cfg::consumer_warpgroups(); ++c) {
+            float* piece = dst + c * 64 * Cfg::dq_cols();
+            bulk_reduce_add_f32(piece, reinterpret_cast<const float*>(q_tile + c * kRegion), kRegion);
+            bulk_reduce_add_f32(piece + kRegion / 4, reinterpret_cast<const float*>(do_tile + c * kRegion), kRegion);
+          }
+          bulk_commit();
+          bulk_wait_read();
+          mbarrier_arrive(&q_bars->empty[stage]);
+          mbarrier_arrive(&do_bars->empty[stage]);
+        }
+        __syncwarp();
+        if (++stage == Cfg::q_stages()) stage = 0;
+        ++step;
+      }
+    }
+  }
+  if (lane == 0) bulk_wait_all();
+}
+
+// Grid: min(tiles, SMs) CTAs, 1-D. Tile ids: blockIdx.x first, then g_bwd_tile_counter[0]++ +
+// gridDim.x, until >= tiles. The loader thread fetches and publishes each id (then -1) in
+// tile_ids[it % 2] on tile_full[it % 2] (count 1; readers wait with parity (it / 2) % 2: the
+// slot is rewritten for it + 2 only after the loader passed kv_empty of tile it + 1's load, by
+// when every reader has read slot it -- the consumers before starting tile it, the writer warp
+// before its last dQ of tile it - 1). K/V: kv_full completes once per tile with steps (parity =
+// such tiles so far % 2); kv_empty (count 2, one elected thread per consumer warpgroup after its
+// last K/V-reading wgmma of the tile retired) gates the next tile's K/V loads (fresh-barrier
+// parity trick for the first). The Q/dO rings, P^T/dS^T buffers (via step0) and the dQ writer
+// handshakes continue across tiles. Pipelined schedule: the look-ahead S^T/dP^T of a tile's last
+// step read a Q/dO stage the loader may already be refilling with the next tile's first step;
+// those accumulators are discarded (wait<0>, never read), K/V are not touched before kv_empty.
+template <class T, class Cfg, bool Causal>
+__global__ void __launch_bounds__(Cfg::threads(), 1)
+    bwd_kernel_persistent(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                          const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+                          const BwdArgs args) {
+  static_assert(Cfg::persistent(), "persistent config");
+  using Barriers = typename StagedPipeline<Cfg::q_stages(), 1>::Barriers;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
+  auto* q_bars = reinterpret_cast<Barriers*>(kv_full + 1);
+  auto* do_bars = q_bars + 1;
+  uint64_t* kv_empty = reinterpret_cast<uint64_t*>(smem + Cfg::persistent_offset());
+  uint64_t* tile_full = kv_empty + 1;
+  int* tile_ids = reinterpret_cast<int*>(tile_full + 2);
+  static_assert(sizeof(Barriers) == 8 * 2 * Cfg::q_stages(), "barrier block size (bwd_config.cuh)");
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_map(&tm_q);
+    tma_prefetch_map(&tm_k);
+    tma_prefetch_map(&tm_v);
+    tma_prefetch_map(&tm_do);
+    mbarrier_init(kv_full, 1);
+    mbarrier_init(kv_empty, Cfg::consumer_warpgroups());
+    mbarrier_init(&tile_full[0], 1);
+    mbarrier_init(&tile_full[1], 1);
+    StagedPipeline<Cfg::q_stages(), 1>::init(q_bars, Cfg::ring_empty_arrivals());
+    StagedPipeline<Cfg::q_stages(), 1>::init(do_bars, Cfg::ring_empty_arrivals());
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (args.pdl) griddep_launch_dependents();
+
+  if (wg == 0) {
+    setmaxnreg_dec<Cfg::producer_regs()>();
+    if (threadIdx.x == 0) {
+      const int tiles = args.n_blocks * args.heads_kv * args.batch;
+      StagedPipeline<Cfg::q_stages(), 1> q_ring{q_bars};
+      StagedPipeline<Cfg::q_stages(), 1> do_ring{do_bars};
+      float* sLse = reinterpret_cast<float*>(smem + Cfg::lse_offset());
+      float* sDelta = reinterpret_cast<float*>(smem + Cfg::delta_offset());
+      int id = blockIdx.x;
+      int loads = 0;
+      for (int it = 0;; ++it) {
+        const bool valid = id < tiles;
+        *reinterpret_cast<volatile int*>(tile_ids + (it & 1)) = valid ? id : -1;
+        mbarrier_arrive(&tile_full[it & 1]);  // release: the id store is visible to the waiters
+        if (!valid) break;
+        int n_block, kv_head, batch, m_begin, m_end;
+        bwd_tile_coords(args, id, &n_block, &kv_head, &batch);
+        const int n0 = n_block * Cfg::block_n();
+        bwd_m_range<Cfg, Causal>(args, n0, &m_begin, &m_end);
+        if (m_end > m_begin) {
+          mbarrier_wait(kv_empty, (loads & 1) ^ 1);  // the previous tile's K/V no longer read
+          mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kv_tile_bytes());
+#pragma unroll
+          for (int c = 0; c < Cfg::chunks(); ++c) {
+            tma_load_4d(smem + Cfg::k_offset() + c * Cfg::chunk_bytes_kv(), &tm_k, kv_full, c * 64, n0, kv_head,
+                        batch);
+          }
+#pragma unroll
+          for (int c = 0; c < Cfg::chunks(); ++c) {
+            tma_load_4d(smem + Cfg::v_offset() + c * Cfg::chunk_bytes_kv(), &tm_v, kv_full, c * 64, n0, kv_head,
+                        batch);
+          }
+          if (loads == 0 && args.pdl) griddep_wait();
+          ++loads;
+          for (int g = 0; g < args.group; ++g) {
+            const int head = kv_head * args.group + g;
+            const int64_t vec_row = (int64_t(batch) * args.heads_q + head) * args.seq_q_pad;
+            for (int m = m_begin; m < m_end; ++m) {
+              const int m0 = m * Cfg::block_m();
+              load_row_step<Cfg>(q_ring, smem + Cfg::q_offset(), sLse, &tm_q, args.lse2 + vec_row + m0, m0, head,
+                                 batch);
+              load_row_step<Cfg>(do_ring, smem + Cfg::do_offset(), sDelta, &tm_do, args.delta + vec_row + m0, m0,
+                                 head, batch);
+            }
+          }
+        }
+        id = atomicAdd(&g_bwd_tile_counter[0], 1) + int(gridDim.x);
+      }
+      // This CTA's last fetch is done; the last CTA to get here resets the counter for the next
+      // launch (the fence orders this CTA's fetches before its count).
+      __threadfence();
+      if (atomicAdd(&g_bwd_tile_counter[1], 1) == int(gridDim.x) - 1) {
+        __threadfence();
+        atomicExch(&g_bwd_tile_counter[0], 0);
+        atomicExch(&g_bwd_tile_counter[1], 0);
+      }
+    } else if (Cfg::dq_via_tma() && threadIdx.x / 32 == 1) {
+      if (args.pdl) griddep_wait();
+      bwd_dq_writer_persistent<Cfg, Causal>(smem, args, tile_full, tile_ids, threadIdx.x % 32);
+    } else if (Cfg::dq_in_ring() && threadIdx.x / 32 == 1) {
+      if (args.pdl) griddep_wait();
+      bwd_dq_ring_writer_persistent<Cfg, Causal>(smem, q_bars, do_bars, args, tile_full, tile_ids, threadIdx.x % 32);
+    }
+  } else {
+    setmaxnreg_inc<Cfg::consumer_regs()>();
+    if (args.pdl) griddep_wait();
+    using Ring = TmaConsumerPipeline<T, typename Cfg::RowRing, false>;
+    Ring q(q_bars, smem + Cfg::q_offset());
+    Ring dO(do_bars, smem + Cfg::do_offset());
+    int step0 = 0;
+    int kv_uses = 0;
+    for (int it = 0;; ++it) {
+      mbarrier_wait(&tile_full[it & 1], (it >> 1) & 1);
+      const int id = bwd_read_tile_id(tile_ids, it);
+      if (id < 0) break;
+      int n_block, kv_head, batch;
+      bwd_tile_coords(args, id, &n_block, &kv_head, &batch);
+      const int steps = bwd_consumer_tile<T, Cfg, Causal>(wg - 1, smem, kv_full, uint32_t(kv_uses & 1), kv_empty, q,
+                                                          dO, step0, args, n_block * Cfg::block_n(), kv_head, batch);
+      step0 += steps;
+      kv_uses += steps > 0 ? 1 : 0;
+    }
   }
 }
 
@@ -1125,9 +1399,6 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
     args.softmax_scale = p.softmax_scale;
     args.scale_log2 = p.softmax_scale * 1.4426950408889634f;
 
-    auto kernel = bwd_kernel<T, Cfg, Causal>;
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
-    if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
     // Key blocks in index order: under a causal mask block 0 sees the most queries, so the
     // longest CTAs start first.
     const int64_t n_blocks = (p.seq_k + Cfg::block_n() - 1) / Cfg::block_n();
@@ -1146,9 +1417,29 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
       args.lpt_section = int(section);
       grid = dim3(unsigned(n_blocks * pairs), 1, 1);
     }
-    if (pdl) {
+    if constexpr (Cfg::persistent()) {
+      // min(tiles, SMs) CTAs; causal tiles in the sectioned longest-first order (always: the
+      // dynamic tile counter is greedy list scheduling, which wants the longest first).
+      if (n_blocks * pairs > INT32_MAX) return "backward: too many tiles for the persistent kernel";
+      if (!Causal) args.lpt_section = 0;
+      if (Causal && args.lpt_section == 0) {
+        const int64_t pair_bytes = std::max<int64_t>(1, (p.heads_q / p.heads_kv) * p.seq_q * D * 8);
+        int64_t section = 1;
+        while (section * 2 * pair_bytes <= opt.lpt_section_bytes && section * 2 <= pairs) section *= 2;
+        args.lpt_section = int(section);
+      }
+      static int sm_count = 0;
+      if (sm_count == 0) {
+        int dev = 0;
+        if ((e = cudaGetDevice(&dev)) != cudaSuccess) return fail("cudaGetDevice", e);
+        if ((e = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+          return fail("cudaDeviceGetAttribute", e);
+      }
+      auto pkernel = bwd_kernel_persistent<T, Cfg, Causal>;
+      e = cudaFuncSetAttribute(pkernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
+      if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
       cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = grid;
+      cfg.gridDim = dim3(unsigned(std::min<int64_t>(n_blocks * pairs, sm_count)));
       cfg.blockDim = dim3(Cfg::threads());
       cfg.dynamicSmemBytes = Cfg::smem_bytes();
       cfg.stream = stream;
@@ -1156,11 +1447,29 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
       attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attr[0].val.programmaticStreamSerializationAllowed = 1;
       cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      e = cudaLaunchKernelEx(&cfg, kernel, tq, tk, tv, tdo, args);
-      if (e != cudaSuccess) return fail("main kernel launch (PDL)", e);
+      cfg.numAttrs = pdl ? 1 : 0;
+      e = cudaLaunchKernelEx(&cfg, pkernel, tq, tk, tv, tdo, args);
+      if (e != cudaSuccess) return fail("persistent main kernel launch", e);
     } else {
-      kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, tdo, args);
+      auto kernel = bwd_kernel<T, Cfg, Causal>;
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
+      if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
+      if (pdl) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(Cfg::threads());
+        cfg.dynamicSmemBytes = Cfg::smem_bytes();
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        e = cudaLaunchKernelEx(&cfg, kernel, tq, tk, tv, tdo, args);
+        if (e != cudaSuccess) return fail("main kernel launch (PDL)", e);
+      } else {
+        kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, tdo, args);
+      }
     }
     if ((e = cudaGetLastError()) != cudaSuccess) return fail("main kernel launch", e);
     main_launched = true;

@@ -8,10 +8,11 @@
 # No pip install, no pytest, no JAX. Target: < 5 minutes; worst case (every stage timing out) ~9.5. Output: $OUT/summary.txt (everything
 # that matters) and $OUT/logs.tgz (full logs).
 #   Variants: 0 = v1 (library default), 1 = PipelineScores, 2 = DqViaTma, 3 = both; hd256: 0, 1,
-#   4 = DqInRing (bwd v3). Launch options (--opts bit mask, BwdLaunchOptions): 1 = dq_accum zeroed
-#   in a fused preprocess + grid-indexed postprocess, 2 = PDL (with 1), 4 = causal LPT sections.
-#   Every variant is checked with options 0 and 7 and timed with 0 and 7; the newest variant
-#   (hd64/hd128 3, hd256 4) also with 1, 3 and 5 to separate the options' effects.
+#   4 = DqInRing (bwd v3); hd64/hd128 11 = 3 + Persistent (bwd v3, run in stages of its own so a
+#   hang there costs only its own timeout). Launch options (--opts bit mask, BwdLaunchOptions):
+#   1 = dq_accum zeroed in a fused preprocess + grid-indexed postprocess, 2 = PDL (with 1), 4 =
+#   causal LPT sections. Every variant is checked with options 0 and 7 and timed with 0 and 7; the
+#   new candidates (hd64/hd128 3 and 11, hd256 4) also with 1, 3 and 5 to separate the options.
 set -o pipefail
 OUT=${OUT:-/tmp/bwd_out}
 mkdir -p "$OUT" build/bwd_var
@@ -40,7 +41,7 @@ stamp "built"
   for f in $LOG/bwd_hd*.log $LOG/bwd_variants_hd*.log; do
     grep -E "Compiling entry|Used|spill" "$f" | sed 's/ptxas info    : //' |
       awk '/Compiling entry/ {name=$0; next} /spill/ {sp=$0; next} /Used/ {if (name ~ /bwd_kernel/) print name " | " $0 " | " sp}' |
-      sed -E 's/.*bwd_kernelI(13__nv_bfloat16|6__half)NS0_9BwdConfigILi([0-9]+)ELi([0-9])EEELb([01]).*\|(.*)\|(.*)/hd\2 \1 V\3 causal\4 |\5|\6/'
+      sed -E 's/.*(bwd_kernel|bwd_kernel_persistent)I(13__nv_bfloat16|6__half)NS0_9BwdConfigILi([0-9]+)ELi([0-9]+)EEELb([01]).*\|(.*)\|(.*)/hd\3 \2 V\4 causal\5 \1 |\6|\7/'
   done | sort -u
   echo "nonzero spill lines: $(cat $LOG/*.log | grep -cE "[1-9][0-9]* bytes spill")"
   echo "C75xx notes: $(grep -h C75 $LOG/*.log | wc -l)"
@@ -71,11 +72,30 @@ for d in 64 128 256; do
       done
     done
   fi
+  if [ "$d" != 256 ]; then
+    # Persistent variant 11 alone: a hang (tile-id / kv_empty / DqEmpty protocol) costs only this.
+    timeout 45 $LOG/bwd_check --hd $d --variants 11 --opts 0,7 > $LOG/check_hd${d}_v11.txt 2>&1
+    rc=$?
+    grep -E "^FAIL" $LOG/check_hd${d}_v11.txt | head -10 | tee -a "$S"
+    for o in 0 7; do
+      echo "  hd$d v11 o$o: $(grep -c "^ok   v11 o$o " $LOG/check_hd${d}_v11.txt) ok, $(grep -c "^FAIL v11 o$o " $LOG/check_hd${d}_v11.txt) FAIL" | tee -a "$S"
+    done
+    stamp "check hd$d v11 rc=$rc"
+    [ "$rc" = 0 ] && touch $LOG/v11_ok_hd$d
+  fi
 done
 
 stamp "kernel-only TFLOP/s (pre + main + post), bf16, FA3 grid, median of 10"
 for d in 64 128 256; do
   [ "$d" = 256 ] && VS="0,1,4" && NEW=4 || { VS="0,1,2,3"; NEW=3; }
+  if [ -e $LOG/v11_ok_hd$d ]; then
+    timeout 30 $LOG/bwd_check --no-check --bench --hd $d --seqs 2048,16384 --variants 11 --opts 0,7,1,3,5 > $LOG/bench_hd${d}_v11.txt 2>&1
+    rc=$?
+    grep -E "^ +(64|128|256) " $LOG/bench_hd${d}_v11.txt | tee -a "$S"
+    [ "$rc" != 0 ] && stamp "bench hd$d v11 rc=$rc"
+  elif [ "$d" != 256 ]; then
+    stamp "bench hd$d v11 skipped (its check did not pass)"
+  fi
   timeout 60 $LOG/bwd_check --no-check --bench --hd $d --seqs 2048,16384 --variants $VS --opts 0,7 > $LOG/bench_hd$d.txt 2>&1
   rc=$?
   grep -E "^ +(64|128|256) " $LOG/bench_hd$d.txt | tee -a "$S"

@@ -1,6 +1,6 @@
 // The standalone harness's extra backward kernel variants for head dim 256 (bf16 only; the library,
 // cuda/hopper/bwd_hd256.cu, builds kBwdDefaultVariant for bf16 and fp16). Not part of the pip build:
-// CMake globs cuda/hopper/*.cu only. Variant bits: 1 = PipelineScores, 2 = DqViaTma, 4 = DqInRing (bwd_config.cuh).
+// CMake globs cuda/hopper/*.cu only. Variant bits: 1 = PipelineScores, 2 = DqViaTma, 4 = DqInRing (bwd_config.cuh); no Persistent at hd256 (its consumer spilled ~0.5 KB).
 #include "hopper/bwd_kernel.cuh"
 
 namespace fa4::hopper {
