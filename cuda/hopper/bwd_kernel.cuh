@@ -1053,8 +1053,10 @@ __device__ __forceinline__ void bwd_dq_ring_writer_persistent(uint8_t* smem, Bar
 // last K/V-reading wgmma of the tile retired) gates the next tile's K/V loads (fresh-barrier
 // parity trick for the first). The Q/dO rings, P^T/dS^T buffers (via step0) and the dQ writer
 // handshakes continue across tiles. Pipelined schedule: the look-ahead S^T/dP^T of a tile's last
-// step read a Q/dO stage the loader may already be refilling with the next tile's first step;
-// those accumulators are discarded (wait<0>, never read), K/V are not touched before kv_empty.
+// step read the next Q/dO stage without waiting (results discarded); the loader issues none of
+// the next tile's loads (K/V or Q/dO) before kv_empty, which the consumers arrive on after the
+// wait<0> that retires that look-ahead, so nothing is written under it (checked in
+// tests/gpu/cuda/bwd_protocol_model.py).
 template <class T, class Cfg, bool Causal>
 __global__ void __launch_bounds__(Cfg::threads(), 1)
     bwd_kernel_persistent(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
