@@ -97,8 +97,9 @@ struct BwdTile {
   static constexpr uint32_t delta_offset() { return lse_offset() + q_stages() * vec_bytes(); }
   static constexpr uint32_t barrier_offset() { return delta_offset() + q_stages() * vec_bytes(); }
   // kv_full, then the Q ring's full[q_stages][1] + empty[q_stages], then the dO ring's.
-  static constexpr uint32_t barrier_bytes() { return 8 * (1 + 2 * (2 * q_stages())) + (Persistent ? 32 : 0); }
-  // Persistent: after the ring barriers, kv_empty (8 B), tile_full[2] (16 B), tile ids int[2] (8 B).
+  static constexpr uint32_t barrier_bytes() { return 8 * (1 + 2 * (2 * q_stages())) + (Persistent ? 48 : 0); }
+  // Persistent: after the ring barriers, kv_empty (8 B), tile_full[2], tile_empty[2] (16 B each),
+  // tile ids int[2] (8 B).
   static constexpr uint32_t persistent_offset() { return barrier_offset() + 8 * (1 + 2 * (2 * q_stages())); }
   // Arrivals that free a Q / dO ring stage: one elected thread per consumer warpgroup, or
   // (DqInRing) lane 0 of the dQ writer warp once its bulk reduce-add has read the stage.
@@ -134,11 +135,14 @@ struct BwdTile {
   // owning half the head dim for dK, dV and dQ alike, so after the step's P^T/dS^T barrier
   // warpgroup c is the only reader of its half of Q(t) and dO(t); its 64 x dq_cols float32 dQ
   // piece is exactly those two halves (2 x 16 KB at hd256). v1 schedule only (the pipelined one
-  // has S^T(t+1) and the stage release in other places).
+  // has S^T(t+1) and the stage release in other places). DqPieces == 2 (the persistent variant 12,
+  // for registers): the first 64 dQ columns go to the Q half, then the second are computed and go
+  // to the dO half.
   static_assert(!DqInRing || (row_groups() == 1 && col_splits() == 2 && dq_row_slices() == 1 &&
-                              dq_cols() == dkv_cols() && DqPieces == 1 && !DqViaTma && !PipelineScores &&
-                              64u * dq_cols() * 4 == 2 * ring_region_bytes() && ring_region_bytes() % 1024 == 0),
-                "DqInRing: hd256-style split, v1 schedule, dQ piece = Q half + dO half");
+                              dq_cols() == dkv_cols() && (DqPieces == 1 || DqPieces == 2) && !DqViaTma &&
+                              !PipelineScores && 64u * dq_cols() * 4 == 2 * ring_region_bytes() &&
+                              ring_region_bytes() % 1024 == 0),
+                "DqInRing: hd256-style split, v1 schedule, dQ piece = Q half + dO half (2 pieces: one each)");
 
   // DqViaTma: float offset inside dq_accum's block_m x head_dim tile of query block m (the tile
   // itself sits where the row-major one would, at row m * block_m) of the element of accumulator
@@ -189,8 +193,9 @@ struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 
 // No DqViaTma variant (231 KB of shared memory already): Variant 2 and 3 are not instantiated.
 // PipelineScores keeps S^T of the next step in flight beside dQ: dQ in 2 pieces of 32 registers.
 // DqInRing (V & 4, hd256 only): the dQ pieces go through the Q/dO ring stages (see the top).
+// Persistent (V & 8) at hd256: dQ in 2 pieces (32 registers), else its consumer spills.
 template <int V>
-struct BwdConfig<256, V> : BwdTile<256, 64, 64, 24, 240, /*DqPieces=*/(V & 1) ? 2 : 1, (V & 1) != 0, false,
+struct BwdConfig<256, V> : BwdTile<256, 64, 64, 24, 240, /*DqPieces=*/(V & 9) ? 2 : 1, (V & 1) != 0, false,
                                    (V & 4) != 0, (V & 8) != 0> {
   static_assert((V & 2) == 0, "hd256 has no DqViaTma variant");
   static_assert((V & 5) != 5, "DqInRing uses the v1 schedule (no PipelineScores)");

@@ -430,6 +430,45 @@ __device__ __forceinline__ void stage_dq_ring(const float (&dq)[Cfg::dq_cols() /
   named_barrier_arrive(kBwdBarDqRing + uint32_t(step & 1), kBwdDqBarrierThreads);
 }
 
+// DqInRing with dq_pieces() == 2 (variant 12, v1 schedule): piece 0 (the first dq_cols / 2
+// columns = register pairs 0 .. 15 of the whole piece) is in `dq` and goes to the Q half; piece 1 is
+// computed (ds_tile and K stay valid: the next write of this dS^T buffer is a barrier away) and goes
+// to the dO half; then the fence and the arrival of stage_dq_ring. Addresses from constants, the
+// stage and %tid.x (volatile read: not hoisted), as stage_dq_tile: nothing extra stays live.
+template <class T, class Cfg>
+__device__ __forceinline__ void stage_dq_ring_pieces(float (&dq)[Cfg::dq_cols() / 4], int stage,
+                                                     const uint8_t* ds_tile, const uint8_t* sK, int qs,
+                                                     int dq_col0, int step) {
+  constexpr int kPieceCols = Cfg::dq_cols() / 2;
+  constexpr int kPairs = kPieceCols / 4;  // 16 at hd256
+  static_assert(Cfg::dq_pieces() == 2 && kPairs * 1024 == int(Cfg::ring_region_bytes()), "piece = region");
+  extern __shared__ uint8_t smem_raw[];
+  uint32_t tidx;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tidx));
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t within = raw + ((1024 - (raw & 1023)) & 1023) + uint32_t(stage) * Cfg::q_tile_bytes() +
+                          (tidx / 128 - 1) * Cfg::ring_region_bytes() + 8u * (tidx % 128);
+  const uint32_t qa = Cfg::q_offset() + within;
+#pragma unroll
+  for (int u = 0; u < kPairs; ++u) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(qa + 1024 * u), "f"(dq[2 * u]), "f"(dq[2 * u + 1])
+                 : "memory");
+  }
+  wgmma_fence();
+  issue_dq<T, Cfg, kPieceCols>(dq, ds_tile, qs, sK, dq_col0 + kPieceCols);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_regs(dq);
+  const uint32_t da = Cfg::do_offset() + within;
+#pragma unroll
+  for (int u = 0; u < kPairs; ++u) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(da + 1024 * u), "f"(dq[2 * u]), "f"(dq[2 * u + 1])
+                 : "memory");
+  }
+  fence_proxy_async_smem();
+  named_barrier_arrive(kBwdBarDqRing + uint32_t(step & 1), kBwdDqBarrierThreads);
+}
+
 // DqInRing: the dQ writer, warp 1 of the producer warpgroup (all 32 lanes at the named barriers).
 // Per step, in the consumers' order: sync on the step's barrier (both warpgroups' pieces are in
 // the ring stage), lane 0 adds the four 16 KB regions to the query block's fragment-order tile of
@@ -799,7 +838,11 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
 
         if constexpr (Cfg::dq_in_ring()) {
           // dQ into this warpgroup's halves of the Q/dO stage; the writer warp frees the stage.
-          stage_dq_ring<Cfg>(dq, q_tile, do_tile, c, tid, step);
+          if constexpr (Cfg::dq_pieces() == 1) {
+            stage_dq_ring<Cfg>(dq, q_tile, do_tile, c, tid, step);
+          } else {
+            stage_dq_ring_pieces<T, Cfg>(dq, stage, ds_tile, sK, qs, dq_col0, step);
+          }
           q.advance();
           dO.advance();
         } else {
@@ -945,8 +988,14 @@ __device__ __forceinline__ void bwd_tile_coords(const BwdArgs& args, int id, int
   *kv_head = hb - *batch * args.heads_kv;
 }
 
-__device__ __forceinline__ int bwd_read_tile_id(const int* ids, int it) {
-  return *reinterpret_cast<const volatile int*>(ids + (it & 1));
+// Reads the id of iteration `it` (after its tile_full wait) and frees the slot: every reading
+// thread arrives on tile_empty[it % 2] (count kBwdTileReaders), which the loader waits for before
+// it writes the slot again for iteration it + 2.
+constexpr uint32_t kBwdTileReaders = kBwdConsumerThreads + 32;
+__device__ __forceinline__ int bwd_read_tile_id(const int* ids, uint64_t* tile_empty, int it) {
+  const int id = *reinterpret_cast<const volatile int*>(ids + (it & 1));
+  mbarrier_arrive(&tile_empty[it & 1]);
+  return id;
 }
 
 // Persistent DqViaTma writer: bwd_dq_writer's protocol run on across tiles (one DqEmpty
@@ -956,11 +1005,11 @@ __device__ __forceinline__ int bwd_read_tile_id(const int* ids, int it) {
 // is the last one.
 template <class Cfg, bool Causal>
 __device__ __forceinline__ void bwd_dq_writer_persistent(uint8_t* smem, const BwdArgs& args, uint64_t* tile_full,
-                                                         const int* ids, int lane) {
+                                                         uint64_t* tile_empty, const int* ids, int lane) {
   const float* sdq = reinterpret_cast<const float*>(smem + Cfg::dq_offset());
   int it = 0;
   mbarrier_wait(&tile_full[0], 0);
-  int id = bwd_read_tile_id(ids, 0);
+  int id = bwd_read_tile_id(ids, tile_empty, 0);
   if (id < 0) return;
   named_barrier_arrive(kBwdBarDqEmpty, kBwdDqBarrierThreads);
   while (true) {
@@ -981,7 +1030,7 @@ __device__ __forceinline__ void bwd_dq_writer_persistent(uint8_t* smem, const Bw
         bool more = true;
         if (g == args.group - 1 && m == m_end - 1) {
           mbarrier_wait(&tile_full[(it + 1) & 1], ((it + 1) >> 1) & 1);
-          next = bwd_read_tile_id(ids, it + 1);
+          next = bwd_read_tile_id(ids, tile_empty, it + 1);
           more = next >= 0;
         }
         if (more) {
@@ -1003,13 +1052,13 @@ __device__ __forceinline__ void bwd_dq_writer_persistent(uint8_t* smem, const Bw
 template <class Cfg, bool Causal, class Barriers>
 __device__ __forceinline__ void bwd_dq_ring_writer_persistent(uint8_t* smem, Barriers* q_bars, Barriers* do_bars,
                                                               const BwdArgs& args, uint64_t* tile_full,
-                                                              const int* ids, int lane) {
+                                                              uint64_t* tile_empty, const int* ids, int lane) {
   constexpr uint32_t kRegion = Cfg::ring_region_bytes();
   int stage = 0;
   int step = 0;
   for (int it = 0;; ++it) {
     mbarrier_wait(&tile_full[it & 1], (it >> 1) & 1);
-    const int id = bwd_read_tile_id(ids, it);
+    const int id = bwd_read_tile_id(ids, tile_empty, it);
     if (id < 0) break;
     int n_block, kv_head, batch, m_begin, m_end;
     bwd_tile_coords(args, id, &n_block, &kv_head, &batch);
@@ -1045,10 +1094,10 @@ __device__ __forceinline__ void bwd_dq_ring_writer_persistent(uint8_t* smem, Bar
 
 // Grid: min(tiles, SMs) CTAs, 1-D. Tile ids: blockIdx.x first, then g_bwd_tile_counter[0]++ +
 // gridDim.x, until >= tiles. The loader thread fetches and publishes each id (then -1) in
-// tile_ids[it % 2] on tile_full[it % 2] (count 1; readers wait with parity (it / 2) % 2: the
-// slot is rewritten for it + 2 only after the loader passed kv_empty of tile it + 1's load, by
-// when every reader has read slot it -- the consumers before starting tile it, the writer warp
-// before its last dQ of tile it - 1). K/V: kv_full completes once per tile with steps (parity =
+// tile_ids[it % 2] on tile_full[it % 2] (count 1; readers wait with parity (it / 2) % 2); every
+// reading thread (256 consumer + 32 writer) then arrives on tile_empty[it % 2], which the loader
+// waits for before rewriting the slot for it + 2 (found necessary by bwd_protocol_model.py for the
+// DqInRing writer, whose lag behind the loader the consumers do not bound). K/V: kv_full completes once per tile with steps (parity =
 // such tiles so far % 2); kv_empty (count 2, one elected thread per consumer warpgroup after its
 // last K/V-reading wgmma of the tile retired) gates the next tile's K/V loads (fresh-barrier
 // parity trick for the first). The Q/dO rings, P^T/dS^T buffers (via step0) and the dQ writer
@@ -1071,7 +1120,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   auto* do_bars = q_bars + 1;
   uint64_t* kv_empty = reinterpret_cast<uint64_t*>(smem + Cfg::persistent_offset());
   uint64_t* tile_full = kv_empty + 1;
-  int* tile_ids = reinterpret_cast<int*>(tile_full + 2);
+  uint64_t* tile_empty = tile_full + 2;
+  int* tile_ids = reinterpret_cast<int*>(tile_empty + 2);
   static_assert(sizeof(Barriers) == 8 * 2 * Cfg::q_stages(), "barrier block size (bwd_config.cuh)");
   const int wg = threadIdx.x / 128;
 
@@ -1084,6 +1134,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     mbarrier_init(kv_empty, Cfg::consumer_warpgroups());
     mbarrier_init(&tile_full[0], 1);
     mbarrier_init(&tile_full[1], 1);
+    mbarrier_init(&tile_empty[0], kBwdTileReaders);
+    mbarrier_init(&tile_empty[1], kBwdTileReaders);
     StagedPipeline<Cfg::q_stages(), 1>::init(q_bars, Cfg::ring_empty_arrivals());
     StagedPipeline<Cfg::q_stages(), 1>::init(do_bars, Cfg::ring_empty_arrivals());
     fence_mbarrier_init();
@@ -1103,6 +1155,10 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
       int loads = 0;
       for (int it = 0;; ++it) {
         const bool valid = id < tiles;
+        // Slot it % 2 was read by every reader for iteration it - 2 (fresh-barrier parity trick
+        // for it < 2). Without this wait a writer warp that lags (DqInRing: the consumers only
+        // arrive on its barriers) could miss an id when tiles are 1-2 steps long.
+        mbarrier_wait(&tile_empty[it & 1], ((it >> 1) & 1) ^ 1);
         *reinterpret_cast<volatile int*>(tile_ids + (it & 1)) = valid ? id : -1;
         mbarrier_arrive(&tile_full[it & 1]);  // release: the id store is visible to the waiters
         if (!valid) break;
@@ -1149,10 +1205,11 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
       }
     } else if (Cfg::dq_via_tma() && threadIdx.x / 32 == 1) {
       if (args.pdl) griddep_wait();
-      bwd_dq_writer_persistent<Cfg, Causal>(smem, args, tile_full, tile_ids, threadIdx.x % 32);
+      bwd_dq_writer_persistent<Cfg, Causal>(smem, args, tile_full, tile_empty, tile_ids, threadIdx.x % 32);
     } else if (Cfg::dq_in_ring() && threadIdx.x / 32 == 1) {
       if (args.pdl) griddep_wait();
-      bwd_dq_ring_writer_persistent<Cfg, Causal>(smem, q_bars, do_bars, args, tile_full, tile_ids, threadIdx.x % 32);
+      bwd_dq_ring_writer_persistent<Cfg, Causal>(smem, q_bars, do_bars, args, tile_full, tile_empty, tile_ids,
+                                                 threadIdx.x % 32);
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
@@ -1164,12 +1221,21 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     int kv_uses = 0;
     for (int it = 0;; ++it) {
       mbarrier_wait(&tile_full[it & 1], (it >> 1) & 1);
-      const int id = bwd_read_tile_id(tile_ids, it);
+      const int id = bwd_read_tile_id(tile_ids, tile_empty, it);
       if (id < 0) break;
       int n_block, kv_head, batch;
       bwd_tile_coords(args, id, &n_block, &kv_head, &batch);
-      const int steps = bwd_consumer_tile<T, Cfg, Causal>(wg - 1, smem, kv_full, uint32_t(kv_uses & 1), kv_empty, q,
-                                                          dO, step0, args, n_block * Cfg::block_n(), kv_head, batch);
+      // hd256: the shared-memory base made opaque per tile, so addresses and wgmma descriptors
+      // derived from it are computed inside the tile, not hoisted out of the tile loop and kept
+      // live through the dK/dV epilogue (that spilled 0.2-0.5 KB there; at hd64/hd128 it costs a
+      // few consumer spills instead, so not there).
+      uint8_t* smem_t = smem;
+      if constexpr (!Cfg::pds_in_registers()) asm volatile("" : "+l"(smem_t));
+      q.smem = smem_t + Cfg::q_offset();
+      dO.smem = smem_t + Cfg::do_offset();
+      const int steps = bwd_consumer_tile<T, Cfg, Causal>(wg - 1, smem_t, kv_full, uint32_t(kv_uses & 1), kv_empty,
+                                                          q, dO, step0, args, n_block * Cfg::block_n(), kv_head,
+                                                          batch);
       step0 += steps;
       kv_uses += steps > 0 ? 1 : 0;
     }

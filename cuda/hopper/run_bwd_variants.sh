@@ -8,8 +8,8 @@
 # No pip install, no pytest, no JAX. Target: < 5 minutes; worst case (every stage timing out) ~9.5. Output: $OUT/summary.txt (everything
 # that matters) and $OUT/logs.tgz (full logs).
 #   Variants: 0 = v1 (library default), 1 = PipelineScores, 2 = DqViaTma, 3 = both; hd256: 0, 1,
-#   4 = DqInRing (bwd v3); hd64/hd128 11 = 3 + Persistent (bwd v3, run in stages of its own so a
-#   hang there costs only its own timeout). Launch options (--opts bit mask, BwdLaunchOptions):
+#   4 = DqInRing (bwd v3); persistent variants (bwd v3) hd64/hd128 11 = 3 + Persistent, hd256
+#   12 = 4 + Persistent, run in stages of their own so a hang there costs only its own timeout. Launch options (--opts bit mask, BwdLaunchOptions):
 #   1 = dq_accum zeroed in a fused preprocess + grid-indexed postprocess, 2 = PDL (with 1), 4 =
 #   causal LPT sections. Every variant is checked with options 0 and 7 and timed with 0 and 7; the
 #   new candidates (hd64/hd128 3 and 11, hd256 4) also with 1, 3 and 5 to separate the options.
@@ -72,17 +72,16 @@ for d in 64 128 256; do
       done
     done
   fi
-  if [ "$d" != 256 ]; then
-    # Persistent variant 11 alone: a hang (tile-id / kv_empty / DqEmpty protocol) costs only this.
-    timeout 45 $LOG/bwd_check --hd $d --variants 11 --opts 0,7 > $LOG/check_hd${d}_v11.txt 2>&1
-    rc=$?
-    grep -E "^FAIL|cases passed" $LOG/check_hd${d}_v11.txt | head -10 | tee -a "$S"
-    for o in 0 7; do
-      echo "  hd$d v11 o$o: $(grep -c "^ok   v11 o$o " $LOG/check_hd${d}_v11.txt) ok, $(grep -c "^FAIL v11 o$o " $LOG/check_hd${d}_v11.txt) FAIL" | tee -a "$S"
-    done
-    stamp "check hd$d v11 rc=$rc"
-    [ "$rc" = 0 ] && touch $LOG/v11_ok_hd$d
-  fi
+  # The persistent variant alone: a hang (tile-id / kv_empty / dQ-writer protocol) costs only this.
+  [ "$d" = 256 ] && P=12 || P=11
+  timeout 45 $LOG/bwd_check --hd $d --variants $P --opts 0,7 > $LOG/check_hd${d}_v$P.txt 2>&1
+  rc=$?
+  grep -E "^FAIL|cases passed" $LOG/check_hd${d}_v$P.txt | head -10 | tee -a "$S"
+  for o in 0 7; do
+    echo "  hd$d v$P o$o: $(grep -c "^ok   v$P o$o " $LOG/check_hd${d}_v$P.txt) ok, $(grep -c "^FAIL v$P o$o " $LOG/check_hd${d}_v$P.txt) FAIL" | tee -a "$S"
+  done
+  stamp "check hd$d v$P rc=$rc"
+  [ "$rc" = 0 ] && touch $LOG/persistent_ok_hd$d
 done
 
 stamp "kernel-only TFLOP/s (pre + main + post), bf16, FA3 grid, median of 10"
@@ -96,13 +95,14 @@ for d in 64 128 256; do
   rc=$?
   grep -E "^ +(64|128|256) " $LOG/bench_hd${d}_opts.txt | tee -a "$S"
   [ "$rc" != 0 ] && stamp "bench hd$d options rc=$rc"
-  if [ -e $LOG/v11_ok_hd$d ]; then
-    timeout 30 $LOG/bwd_check --no-check --bench --hd $d --seqs 2048,16384 --variants 11 --opts 0,7,1,3,5 > $LOG/bench_hd${d}_v11.txt 2>&1
+  [ "$d" = 256 ] && P=12 || P=11
+  if [ -e $LOG/persistent_ok_hd$d ]; then
+    timeout 30 $LOG/bwd_check --no-check --bench --hd $d --seqs 2048,16384 --variants $P --opts 0,7,1,3,5 > $LOG/bench_hd${d}_v$P.txt 2>&1
     rc=$?
-    grep -E "^ +(64|128|256) " $LOG/bench_hd${d}_v11.txt | tee -a "$S"
-    [ "$rc" != 0 ] && stamp "bench hd$d v11 rc=$rc"
-  elif [ "$d" != 256 ]; then
-    stamp "bench hd$d v11 skipped (its check did not pass)"
+    grep -E "^ +(64|128|256) " $LOG/bench_hd${d}_v$P.txt | tee -a "$S"
+    [ "$rc" != 0 ] && stamp "bench hd$d v$P rc=$rc"
+  else
+    stamp "bench hd$d v$P skipped (its check did not pass)"
   fi
 done
 echo "cuDNN backward reference (NOTES.md, bench_attention.py): hd64 415/439 (2k/16k), causal 329/416;" \

@@ -34,12 +34,12 @@ using fa4::hopper::BwdWorkspace;
 
 // Kernel variants (cuda/hopper/bwd_config.cuh: bit 0 PipelineScores, bit 1 DqViaTma, bit 2
 // DqInRing, bit 3 Persistent). Variant 0 is the library's kernel (bf16 and fp16); the others are
-// built for bf16 only: hd64/hd128 1, 2, 3, 11; hd256 1, 4.
+// built for bf16 only: hd64/hd128 1, 2, 3, 11; hd256 1, 4, 12.
 static int g_variant = 0;
 static bool variant_built(int d, bool bf16, int v) {
   if (v == 0) return true;
   if (!bf16) return false;
-  return d == 256 ? (v == 1 || v == 4) : ((v >= 1 && v <= 3) || v == 11);
+  return d == 256 ? (v == 1 || v == 4 || v == 12) : ((v >= 1 && v <= 3) || v == 11);
 }
 // Launch options (fa4::hopper::BwdLaunchOptions, cuda/hopper/bwd_launch.h) as a bit mask: 1 =
 // fused_prepost (dq_accum zeroed in the preprocess, grid-indexed pre/postprocess), 2 = pdl
@@ -360,7 +360,7 @@ int main(int argc, char** argv) {
   bool do_bench = false, do_check = true;
   std::vector<int> seqs = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> only_d;
-  std::vector<int> variants = {0, 1, 2, 3, 4, 11};
+  std::vector<int> variants = {0, 1, 2, 3, 4, 11, 12};
   std::vector<int> opt_list = {0};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--bench")) do_bench = true;

@@ -16,7 +16,8 @@ that step.
 
 Models: 'v11' = PipelineScores + DqViaTma + Persistent (bwd_kernel_persistent: tile ids, kv_full /
 kv_empty, ring and DqFull/DqEmpty across tiles); 'v4' = DqInRing on the v1 schedule (dQ in the
-ring stages, writer frees the stage, barrier ids by step parity); 'v3' = V3 non-persistent.
+ring stages, writer frees the stage, barrier ids by step parity); 'v12' = v4 + Persistent (the
+ring writer reads the tile ids too); 'v3' = V3 non-persistent.
 
 Run: python3 tests/gpu/cuda/bwd_protocol_model.py  (exit 0 = all trials passed)
 """
@@ -91,14 +92,16 @@ class Mem:
 
 
 def run_trial(model, rng, tiles_steps, stages=2):
-    persistent = model == "v11"
-    ring_in_dq = model == "v4"
+    persistent = model in ("v11", "v12")
+    ring_in_dq = model in ("v4", "v12")
     stats = {}
     n_tiles = len(tiles_steps)
     # --- shared state
     kv_full = MBar("kv_full", 1)
     kv_empty = MBar("kv_empty", 2)
     tile_full = [MBar("tile_full0", 1), MBar("tile_full1", 1)]
+    # every reader (2 consumer warpgroups + the writer warp) frees a slot after reading it
+    tile_empty = [MBar("tile_empty0", 3), MBar("tile_empty1", 3)]
     tile_ids = [None, None]
     reads_of_slot = {}  # iteration -> set of readers that read it
     readers = ["c0", "c1", "w"]
@@ -136,6 +139,7 @@ def run_trial(model, rng, tiles_steps, stages=2):
         it = 0
         for tid in ids + ([-1] if persistent else []):
             if persistent:
+                yield (lambda s=it % 2, p=((it >> 1) & 1) ^ 1: tile_empty[s].ok(p)), None
                 if it >= 2:
                     missing = [r for r in readers if r not in reads_of_slot.get(it - 2, set())]
                     if missing:
@@ -182,6 +186,7 @@ def run_trial(model, rng, tiles_steps, stages=2):
                 yield (lambda s=it % 2, p=(it >> 1) & 1: tile_full[s].ok(p)), None
                 tid = tile_ids[it % 2]
                 reads_of_slot[it].add(key)
+                tile_empty[it % 2].arrive()
                 it += 1
                 if tid < 0:
                     return
@@ -202,7 +207,7 @@ def run_trial(model, rng, tiles_steps, stages=2):
                 if mem.content != ("step", g):
                     raise Fail(f"{key}: {mem.name} holds {mem.content}, step {g} expected")
 
-            if model in ("v11", "v3"):
+            if not ring_in_dq:
                 # pipelined schedule (PipelineScores), DqViaTma
                 g = step0
                 # prologue: C, D of step 0
@@ -299,9 +304,35 @@ def run_trial(model, rng, tiles_steps, stages=2):
         q_mem[st].close((key, "A", g)); d_mem[st].close((key, "A", g))
 
     def writer():
-        if model == "v4":
+        if ring_in_dq:
             stage = 0
+            steps_of = []
+            if persistent:
+                # bwd_dq_ring_writer_persistent: read each tile id, then its steps
+                it = 0
+                while True:
+                    yield (lambda s=it % 2, p=(it >> 1) & 1: tile_full[s].ok(p)), None
+                    tid = tile_ids[it % 2]
+                    reads_of_slot[it].add("w")
+                    tile_empty[it % 2].arrive()
+                    it += 1
+                    if tid < 0:
+                        break
+                    steps_of.extend(range(tile_base[tid], tile_base[tid] + tiles_steps[tid]))
+                    # process this tile's steps before reading the next id
+                    for g in range(tile_base[tid], tile_base[tid] + tiles_steps[tid]):
+                        yield from ring_writer_step(g, stage)
+                        stage = (stage + 1) % stages
+                return
             for g in range(total_steps):
+                yield from ring_writer_step(g, stage)
+                stage = (stage + 1) % stages
+            return
+        yield from dq_tile_writer()
+
+    def ring_writer_step(g, stage):
+        if True:
+            if True:
                 yield from named_sync(ring_bars[g & 1], 32, g)
                 if ring_stage_dq[stage] != {(g, 0), (g, 1)}:
                     raise Fail(f"writer step {g}: ring stage {stage} holds dQ {ring_stage_dq[stage]}")
@@ -312,13 +343,14 @@ def run_trial(model, rng, tiles_steps, stages=2):
                 q_mem[stage].close(("w", g)); d_mem[stage].close(("w", g))
                 ring_stage_dq[stage] = set()
                 yield (lambda s=stage: True), (lambda s=stage: (q_empty[s].arrive(), d_empty[s].arrive()))
-                stage = (stage + 1) % stages
-            return
+
+    def dq_tile_writer():
         it = 0
         if persistent:
             yield (lambda: tile_full[0].ok(0)), None
             tid = tile_ids[0]
             reads_of_slot[0].add("w")
+            tile_empty[0].arrive()
             if tid < 0:
                 return
         else:
@@ -340,6 +372,7 @@ def run_trial(model, rng, tiles_steps, stages=2):
                         yield (lambda s=(it + 1) % 2, p=((it + 1) >> 1) & 1: tile_full[s].ok(p)), None
                         nxt = tile_ids[(it + 1) % 2]
                         reads_of_slot[it + 1].add("w")
+                        tile_empty[(it + 1) % 2].arrive()
                         more = nxt >= 0
                     else:
                         more = False
@@ -400,7 +433,8 @@ def main():
     rng = random.Random(1)
     failures = 0
     for model, tiles_choices in (("v3", [[1], [2], [3], [7]]), ("v4", [[1], [2], [5], [9]]),
-                                 ("v11", [[1], [1, 1], [2, 1, 1, 3], [1, 1, 1, 1, 1], [4, 2, 6], [3, 1, 2, 1, 5, 1]])):
+                                 ("v11", [[1], [1, 1], [2, 1, 1, 3], [1, 1, 1, 1, 1], [4, 2, 6], [3, 1, 2, 1, 5, 1]]),
+                                 ("v12", [[1], [1, 1], [2, 1, 1, 3], [1, 1, 1, 1, 1], [4, 2, 6], [3, 1, 2, 1, 5, 1]])):
         stats_total = {}
         trials = 0
         for tiles in tiles_choices:
