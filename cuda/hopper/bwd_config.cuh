@@ -13,8 +13,8 @@
 //   dQ = dS K: the block_m x head_dim tile is cut into dq_row_slices() x dq_col_slices() pieces
 //     of 64 x dq_cols(), one per warpgroup, added to a float32 accumulator in global memory.
 //
-// Variants (bwd v2, NOTES.md), compile-time flags; variant number = bit 0 PipelineScores +
-// bit 1 DqViaTma (BwdConfig<HeadDim, Variant>):
+// Variants (bwd v2/v3, NOTES.md), compile-time flags; variant number = bit 0 PipelineScores +
+// bit 1 DqViaTma + bit 2 DqInRing + bit 3 Persistent (BwdConfig<HeadDim, Variant>):
 //   PipelineScores: step t+1's S^T = K Q^T is issued right after step t's dQ wgmma, before the
 //     dQ wait and the dQ adds, and dP^T of t+1 right after the adds, so the tensor cores have
 //     queued work while the consumers add dQ (v1 issued both only at the top of the next step).
@@ -23,16 +23,32 @@
 //     dq_accum with one 1-D bulk reduce-add (cp.reduce.async.bulk .add.f32) per step; dq_accum
 //     then holds each block_m x head_dim tile in that fragment order (dq_accum_offset) and the
 //     postprocess reads it so. Not at hd256 (no shared memory left for a 64 KB tile).
+//   DqInRing (hd256 only, with the v1 schedule): DqViaTma's bulk reduce-add without a dQ tile of
+//     its own. After the P^T/dS^T barrier of step t, warpgroup c reads only head-dim half c of
+//     Q(t) (its dK) and of dO(t) (its dV); once its dK/dV/dQ wgmmas retired it writes its 64 x 128
+//     float32 dQ piece (32 KB, fragment order) into those two halves (16 KB + 16 KB), and the
+//     writer warp bulk-adds them and then frees the ring stage itself (ring_empty_arrivals() = 1).
+//     dq_accum gets the same fragment-order tiles as DqViaTma (dq_frag_layout()).
 #pragma once
 #include <cstdint>
 
 namespace fa4::hopper {
 
 template <int HeadDim, int BlockM, int BlockN, int ProducerRegs, int ConsumerRegs, int DqPieces = 1,
-          bool PipelineScores = false, bool DqViaTma = false>
+          bool PipelineScores = false, bool DqViaTma = false, bool DqInRing = false, bool Persistent = false>
 struct BwdTile {
+  // Persistent (bwd v3): one CTA per SM loops over (key block, kv head, batch) tiles taken from a
+  // global counter (bwd_kernel_persistent); the next tile's K/V loads overlap this tile's dK/dV
+  // stores, the Q/dO ring and the dQ handshakes run on across tiles.
+  static constexpr bool persistent() { return Persistent; }
   static constexpr bool pipeline_scores() { return PipelineScores; }
   static constexpr bool dq_via_tma() { return DqViaTma; }
+  // DqInRing (bwd v3, hd256): the dQ piece of warpgroup c is staged in the parts of this step's Q
+  // and dO ring stages that only c still reads (bwd_config.cuh header), and the writer warp frees
+  // the ring stage after its bulk reduce-add has read it.
+  static constexpr bool dq_in_ring() { return DqInRing; }
+  // dq_accum holds each block_m-row tile in accumulator fragment order (dq_accum_offset).
+  static constexpr bool dq_frag_layout() { return DqViaTma || DqInRing; }
   static constexpr int head_dim() { return HeadDim; }
   static constexpr int block_m() { return BlockM; }  // query rows per main-loop step
   static constexpr int block_n() { return BlockN; }  // key rows per CTA
@@ -81,7 +97,16 @@ struct BwdTile {
   static constexpr uint32_t delta_offset() { return lse_offset() + q_stages() * vec_bytes(); }
   static constexpr uint32_t barrier_offset() { return delta_offset() + q_stages() * vec_bytes(); }
   // kv_full, then the Q ring's full[q_stages][1] + empty[q_stages], then the dO ring's.
-  static constexpr uint32_t barrier_bytes() { return 8 * (1 + 2 * (2 * q_stages())); }
+  static constexpr uint32_t barrier_bytes() { return 8 * (1 + 2 * (2 * q_stages())) + (Persistent ? 48 : 0); }
+  // Persistent: after the ring barriers, kv_empty (8 B), tile_full[2], tile_empty[2] (16 B each),
+  // tile ids int[2] (8 B).
+  static constexpr uint32_t persistent_offset() { return barrier_offset() + 8 * (1 + 2 * (2 * q_stages())); }
+  // Arrivals that free a Q / dO ring stage: one elected thread per consumer warpgroup, or
+  // (DqInRing) lane 0 of the dQ writer warp once its bulk reduce-add has read the stage.
+  static constexpr uint32_t ring_empty_arrivals() { return DqInRing ? 1 : consumer_warpgroups(); }
+  // DqInRing: bytes of warpgroup c's region in one Q (or dO) stage: head-dim chunks
+  // [c * chunks() / 2, (c + 1) * chunks() / 2), the Q columns its dK (dO: its dV) reads.
+  static constexpr uint32_t ring_region_bytes() { return q_tile_bytes() / col_splits(); }
   // +1024: the dynamic smem base is only 16-byte aligned, swizzle atoms need 1024.
   static constexpr uint32_t smem_bytes() { return barrier_offset() + barrier_bytes() + 1024; }
 
@@ -106,6 +131,18 @@ struct BwdTile {
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
   static_assert(!DqViaTma || DqPieces == 1, "the dQ tile is staged in one piece per warpgroup");
   static_assert(!DqViaTma || (dq_offset() % 1024 == 0 && dq_tile_bytes() % 16 == 0), "bulk copy alignment");
+  // DqInRing needs the hd256 ownership: both warpgroups on the same 64 keys (row_groups 1), each
+  // owning half the head dim for dK, dV and dQ alike, so after the step's P^T/dS^T barrier
+  // warpgroup c is the only reader of its half of Q(t) and dO(t); its 64 x dq_cols float32 dQ
+  // piece is exactly those two halves (2 x 16 KB at hd256). v1 schedule only (the pipelined one
+  // has S^T(t+1) and the stage release in other places). DqPieces == 2 (the persistent variant 12,
+  // for registers): the first 64 dQ columns go to the Q half, then the second are computed and go
+  // to the dO half.
+  static_assert(!DqInRing || (row_groups() == 1 && col_splits() == 2 && dq_row_slices() == 1 &&
+                              dq_cols() == dkv_cols() && (DqPieces == 1 || DqPieces == 2) && !DqViaTma &&
+                              !PipelineScores && 64u * dq_cols() * 4 == 2 * ring_region_bytes() &&
+                              ring_region_bytes() % 1024 == 0),
+                "DqInRing: hd256-style split, v1 schedule, dQ piece = Q half + dO half (2 pieces: one each)");
 
   // DqViaTma: float offset inside dq_accum's block_m x head_dim tile of query block m (the tile
   // itself sits where the row-major one would, at row m * block_m) of the element of accumulator
@@ -128,9 +165,13 @@ struct BwdTile {
 };
 
 // The variant the library (bwd_hd*.cu) builds for each head dim; the standalone harness builds the
-// others too. V3 (PipelineScores + DqViaTma) measured fastest at hd64/hd128 on the H200 (NOTES.md,
-// "bwd v2 on the H200": +17-28% over V0); hd256 has no DqViaTma and its V1 was slower than V0.
-constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 0 : 3; }
+// others too. Measured on the H200 (NOTES.md, "bwd v2 on the H200" and "bwd v3 on the H200"): V3
+// (PipelineScores + DqViaTma) at hd64/hd128, +17-28% over V0; V4 (DqInRing) at hd256, +20-24%.
+constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 4 : 3; }
+// The variant deterministic mode runs: the default, except at hd256, where DqInRing's writer warp
+// (which also frees the ring stages) has no semaphore handshake; V0 orders its adds in the
+// consumers (dq_tile_wait / dq_tile_signal).
+constexpr int bwd_deterministic_variant(int head_dim) { return head_dim == 256 ? 0 : bwd_default_variant(head_dim); }
 
 template <int HeadDim, int Variant = bwd_default_variant(HeadDim)>
 struct BwdConfig;
@@ -139,12 +180,17 @@ struct BwdConfig;
 // dK/dV 64 x 64 per warpgroup, dQ split by query rows.
 template <int V>
 struct BwdConfig<64, V> : BwdTile</*HeadDim=*/64, /*BlockM=*/128, /*BlockN=*/128, /*ProducerRegs=*/24,
-                                   /*ConsumerRegs=*/240, /*DqPieces=*/1, (V & 1) != 0, (V & 2) != 0> {};
+                                   /*ConsumerRegs=*/240, /*DqPieces=*/1, (V & 1) != 0, (V & 2) != 0, false,
+                                   (V & 8) != 0> {
+  static_assert((V & 4) == 0, "DqInRing is hd256 only");
+};
 
 // hd128 (FA3's causal 64 x 128): dK and dV 64 x 128 per warpgroup (64 + 64 registers), S and dP
 // 64 x 64 (32 + 32), dQ split by head-dim columns.
 template <int V>
-struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 2) != 0> {};
+struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 2) != 0, false, (V & 8) != 0> {
+  static_assert((V & 4) == 0, "DqInRing is hd256 only");
+};
 
 // hd256: a warpgroup cannot hold 64 x 256 of both dK and dV, so the two warpgroups share 64 key
 // rows and split the head dim (dK, dV: 64 x 128 each, 128 registers); P^T and dS^T go through
@@ -152,9 +198,13 @@ struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 
 // would hold only 32 of them at a time if a change ever makes it spill.
 // No DqViaTma variant (231 KB of shared memory already): Variant 2 and 3 are not instantiated.
 // PipelineScores keeps S^T of the next step in flight beside dQ: dQ in 2 pieces of 32 registers.
+// DqInRing (V & 4, hd256 only): the dQ pieces go through the Q/dO ring stages (see the top).
+// Persistent (V & 8) at hd256: dQ in 2 pieces (32 registers), else its consumer spills.
 template <int V>
-struct BwdConfig<256, V> : BwdTile<256, 64, 64, 24, 240, /*DqPieces=*/(V & 1) ? 2 : 1, (V & 1) != 0, false> {
+struct BwdConfig<256, V> : BwdTile<256, 64, 64, 24, 240, /*DqPieces=*/(V & 9) ? 2 : 1, (V & 1) != 0, false,
+                                   (V & 4) != 0, (V & 8) != 0> {
   static_assert((V & 2) == 0, "hd256 has no DqViaTma variant");
+  static_assert((V & 5) != 5, "DqInRing uses the v1 schedule (no PipelineScores)");
 };
 
 }  // namespace fa4::hopper

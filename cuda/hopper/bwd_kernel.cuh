@@ -47,6 +47,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -79,7 +80,48 @@ struct BwdArgs {
   float scale_log2;    // softmax_scale * log2(e)
   float softmax_scale;
   bool deterministic;  // order the dQ adds of each query block by key block (bitwise repeatable dq)
+  // Launch options (BwdLaunchOptions; 0 in the library's launch): pdl = launched as a programmatic
+  // dependent of the preprocess (griddepcontrol.wait before touching lse2 / delta / dq_accum);
+  // lpt_section > 0 = 1-D grid of n_blocks * heads_kv * batch CTAs in the sectioned
+  // longest-first order of bwd_block_coords.
+  int pdl;
+  int lpt_section;
+  int n_blocks;
+  int batch;
 };
+
+// PTX griddepcontrol (sm_90): wait until the prerequisite grid has completed and its memory is
+// visible / let the dependent grid be scheduled. Only called when the launch used
+// cudaLaunchAttributeProgrammaticStreamSerialization (args.pdl).
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// The CTA's (key block, kv head, batch). lpt_section == 0: grid (key blocks, kv heads, batch).
+// Else a 1-D grid: the (batch, kv head) pairs hb = batch * heads_kv + kv_head are cut into sections
+// of lpt_section consecutive pairs (the last may be shorter), sections in order, and inside a
+// section key block n major, pair minor: every pair's block 0 (under a causal mask the longest:
+// it sees every query block) first, the last-dispatched CTAs the shortest.
+__device__ __forceinline__ void bwd_block_coords(const BwdArgs& args, int* n_block, int* kv_head, int* batch) {
+  if (args.lpt_section == 0) {
+    *n_block = blockIdx.x;
+    *kv_head = blockIdx.y;
+    *batch = blockIdx.z;
+    return;
+  }
+  const int id = blockIdx.x;
+  const int pairs = args.heads_kv * args.batch;
+  const int per_section = args.lpt_section * args.n_blocks;
+  const int section = id / per_section;
+  const int rem = id - section * per_section;
+  const int first = section * args.lpt_section;
+  const int width = min(args.lpt_section, pairs - first);
+  const int hb = first + rem % width;
+  *n_block = rem / width;
+  *batch = hb / args.heads_kv;
+  *kv_head = hb - *batch * args.heads_kv;
+}
 
 template <class T> struct BwdMmaTag;
 template <> struct BwdMmaTag<__nv_bfloat16> { using type = Bf16; };
@@ -94,6 +136,9 @@ constexpr uint32_t kBwdConsumerThreads = 256;
 constexpr uint32_t kBwdBarDqFull = 2;
 constexpr uint32_t kBwdBarDqEmpty = 3;
 constexpr uint32_t kBwdDqBarrierThreads = kBwdConsumerThreads + 32;
+// DqInRing: the "dQ piece staged" barriers of even and odd steps (ids 2 and 3; that variant has no
+// DqFull / DqEmpty), same 288 threads: consumers arrive, the writer warp syncs.
+constexpr uint32_t kBwdBarDqRing = 2;
 // Deterministic mode without DqViaTma: both consumer warpgroups, twice per step, around the dQ
 // adds (dq_tile_wait, dq_tile_signal).
 constexpr uint32_t kBwdBarDq = 4;
@@ -426,6 +471,123 @@ __device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args
   if (lane == 0) bulk_wait_all();  // source reads and global writes done before the CTA exits
 }
 
+// DqInRing (hd256): consumer side of one step's dQ, after every wgmma of this warpgroup for the
+// step has retired. Warpgroup c writes its 64 x dq_cols float32 piece in fragment order
+// (dq_frag_offset: register pair u of thread t at byte 1024 u + 8 t of the piece) into region c
+// of this step's Q stage (pairs u < 16) and of its dO stage (u >= 16): after the P^T/dS^T barrier
+// only c's own dK (Q) and dV (dO) wgmmas read those regions, and they have retired; the other
+// warpgroup's S^T / dP^T of the step retired before it reached that barrier. Then the generic
+// stores are made visible to the async proxy and the writer warp is signalled on the named
+// barrier of the step's parity (kBwdBarDqRing + step % 2, no wait): two ids so that an arrival for
+// step t + 2 (possible only once the writer freed stage t % 2, i.e. after its sync for step t)
+// can never meet an open generation of step t + 1.
+template <class Cfg>
+__device__ __forceinline__ void stage_dq_ring(const float (&dq)[Cfg::dq_cols() / 2], const uint8_t* q_tile,
+                                              const uint8_t* do_tile, int c, int tid, int step) {
+  constexpr int kHalfPairs = Cfg::dq_cols() / 8;  // register pairs per 16 KB region (16 at hd256)
+  static_assert(kHalfPairs * 1024 == int(Cfg::ring_region_bytes()), "a region holds half the piece");
+  static_assert(Cfg::dq_frag_offset(1, 0, 0) * 4 == 2 * int(Cfg::ring_region_bytes()), "piece c at 32 KB c");
+  const uint32_t within = uint32_t(c) * Cfg::ring_region_bytes() + 8u * uint32_t(tid);
+  const uint32_t qa = smem_addr(q_tile) + within;
+  const uint32_t da = smem_addr(do_tile) + within;
+#pragma unroll
+  for (int u = 0; u < kHalfPairs; ++u) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(qa + 1024 * u), "f"(dq[2 * u]), "f"(dq[2 * u + 1])
+                 : "memory");
+  }
+#pragma unroll
+  for (int u = 0; u < kHalfPairs; ++u) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(da + 1024 * u), "f"(dq[2 * (kHalfPairs + u)]),
+                 "f"(dq[2 * (kHalfPairs + u) + 1])
+                 : "memory");
+  }
+  fence_proxy_async_smem();
+  named_barrier_arrive(kBwdBarDqRing + uint32_t(step & 1), kBwdDqBarrierThreads);
+}
+
+// DqInRing with dq_pieces() == 2 (variant 12, v1 schedule): piece 0 (the first dq_cols / 2
+// columns = register pairs 0 .. 15 of the whole piece) is in `dq` and goes to the Q half; piece 1 is
+// computed (ds_tile and K stay valid: the next write of this dS^T buffer is a barrier away) and goes
+// to the dO half; then the fence and the arrival of stage_dq_ring. Addresses from constants, the
+// stage and %tid.x (volatile read: not hoisted), as stage_dq_tile: nothing extra stays live.
+template <class T, class Cfg>
+__device__ __forceinline__ void stage_dq_ring_pieces(float (&dq)[Cfg::dq_cols() / 4], int stage,
+                                                     const uint8_t* ds_tile, const uint8_t* sK, int qs,
+                                                     int dq_col0, int step) {
+  constexpr int kPieceCols = Cfg::dq_cols() / 2;
+  constexpr int kPairs = kPieceCols / 4;  // 16 at hd256
+  static_assert(Cfg::dq_pieces() == 2 && kPairs * 1024 == int(Cfg::ring_region_bytes()), "piece = region");
+  extern __shared__ uint8_t smem_raw[];
+  uint32_t tidx;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tidx));
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t within = raw + ((1024 - (raw & 1023)) & 1023) + uint32_t(stage) * Cfg::q_tile_bytes() +
+                          (tidx / 128 - 1) * Cfg::ring_region_bytes() + 8u * (tidx % 128);
+  const uint32_t qa = Cfg::q_offset() + within;
+#pragma unroll
+  for (int u = 0; u < kPairs; ++u) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(qa + 1024 * u), "f"(dq[2 * u]), "f"(dq[2 * u + 1])
+                 : "memory");
+  }
+  wgmma_fence();
+  issue_dq<T, Cfg, kPieceCols>(dq, ds_tile, qs, sK, dq_col0 + kPieceCols);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_regs(dq);
+  const uint32_t da = Cfg::do_offset() + within;
+#pragma unroll
+  for (int u = 0; u < kPairs; ++u) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(da + 1024 * u), "f"(dq[2 * u]), "f"(dq[2 * u + 1])
+                 : "memory");
+  }
+  fence_proxy_async_smem();
+  named_barrier_arrive(kBwdBarDqRing + uint32_t(step & 1), kBwdDqBarrierThreads);
+}
+
+// DqInRing: the dQ writer, warp 1 of the producer warpgroup (all 32 lanes at the named barriers).
+// Per step, in the consumers' order: sync on the step's barrier (both warpgroups' pieces are in
+// the ring stage), lane 0 adds the four 16 KB regions to the query block's fragment-order tile of
+// dq_accum (warpgroup c's piece at float 64 * dq_cols * c, its Q half first), waits until the bulk
+// engine has read them, and frees the Q and dO stage (their empty barriers count only this
+// arrival in this variant). THE place where dQ reaches global memory in this variant (a
+// deterministic mode's semaphore wraps the four adds, as in bwd_dq_writer).
+template <class Cfg, bool Causal, class Barriers>
+__device__ __forceinline__ void bwd_dq_ring_writer(uint8_t* smem, Barriers* q_bars, Barriers* do_bars,
+                                                   const BwdArgs& args, int n0, int kv_head, int batch, int lane) {
+  int m_begin, m_end;
+  bwd_m_range<Cfg, Causal>(args, n0, &m_begin, &m_end);
+  if (m_end <= m_begin) return;
+  constexpr uint32_t kRegion = Cfg::ring_region_bytes();
+  int stage = 0;
+  int step = 0;
+  for (int g = 0; g < args.group; ++g) {
+    const int head = kv_head * args.group + g;
+    float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
+    for (int m = m_begin; m < m_end; ++m) {
+      named_barrier_sync(kBwdBarDqRing + uint32_t(step & 1), kBwdDqBarrierThreads);
+      if (lane == 0) {
+        const uint8_t* q_tile = smem + Cfg::q_offset() + stage * Cfg::q_tile_bytes();
+        const uint8_t* do_tile = smem + Cfg::do_offset() + stage * Cfg::q_tile_bytes();
+        float* dst = dq_rows + int64_t(m) * Cfg::block_m() * Cfg::head_dim();
+#pragma unroll
+        for (int c = 0; c < Cfg::consumer_warpgroups(); ++c) {
+          float* piece = dst + c * 64 * Cfg::dq_cols();
+          bulk_reduce_add_f32(piece, reinterpret_cast<const float*>(q_tile + c * kRegion), kRegion);
+          bulk_reduce_add_f32(piece + kRegion / 4, reinterpret_cast<const float*>(do_tile + c * kRegion), kRegion);
+        }
+        bulk_commit();
+        bulk_wait_read();  // the async proxy has read the stage: the producer may refill it
+        mbarrier_arrive(&q_bars->empty[stage]);
+        mbarrier_arrive(&do_bars->empty[stage]);
+      }
+      __syncwarp();
+      if (++stage == Cfg::q_stages()) stage = 0;
+      ++step;
+    }
+  }
+  if (lane == 0) bulk_wait_all();  // global writes done before the CTA exits
+}
+
 // One step's dQ slice out of the consumer, once its wgmma has retired: DqViaTma -> the shared dQ
 // tile (the writer warp adds it to dq_accum); else red.global adds (add_dq_tile: THE place where
 // the step's dQ reaches global memory), with any further dq_pieces() computed here one by one
@@ -457,12 +619,16 @@ __device__ __forceinline__ void bwd_dq_out(float (&dq)[Cfg::dq_cols() / Cfg::dq_
   }
 }
 
-template <class T, class Cfg, bool Causal>
-__device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_full,
-                                             typename StagedPipeline<Cfg::q_stages(), 1>::Barriers* q_bars,
-                                             typename StagedPipeline<Cfg::q_stages(), 1>::Barriers* do_bars,
-                                             const BwdArgs& args, int n0, int kv_head, int batch) {
-  using Ring = TmaConsumerPipeline<T, typename Cfg::RowRing, false>;
+// One consumer warpgroup's work on one tile (key block n0 of kv head `kv_head`, batch `batch`).
+// The rings q / dO carry on from the previous tile (persistent kernel) or start fresh; step0 = the
+// steps this CTA did before (the P^T/dS^T buffer and DqInRing barrier parity run on across tiles);
+// K/V are awaited on kv_full with parity kv_parity; kv_empty (persistent kernel only, else null)
+// gets this warpgroup's arrival once no wgmma reads K/V any more, before the dK/dV stores.
+// Returns the number of steps done.
+template <class T, class Cfg, bool Causal, class Ring>
+__device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t* kv_full, uint32_t kv_parity,
+                                                 uint64_t* kv_empty, Ring& q, Ring& dO, int step0,
+                                                 const BwdArgs& args, int n0, int kv_head, int batch) {
   constexpr int NS = Cfg::s_cols();
   constexpr int BM = Cfg::block_m();
   const int tid = threadIdx.x % 128;
@@ -485,9 +651,6 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
   const float* sLse = reinterpret_cast<const float*>(smem + Cfg::lse_offset());
   const float* sDelta = reinterpret_cast<const float*>(smem + Cfg::delta_offset());
 
-  Ring q(q_bars, smem + Cfg::q_offset());
-  Ring dO(do_bars, smem + Cfg::do_offset());
-
   float dk[Cfg::dkv_cols() / 2];
   float dv[Cfg::dkv_cols() / 2];
 #pragma unroll
@@ -496,12 +659,13 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
   int m_begin, m_end;
   bwd_m_range<Cfg, Causal>(args, n0, &m_begin, &m_end);
   const bool any = m_end > m_begin;
-  if (any) mbarrier_wait(kv_full, 0);
+  if (any) mbarrier_wait(kv_full, kv_parity);
 
   // This thread's first key row (the second is +8) and the offset of its first query column.
   const int key_row0 = n0 + 64 * r + 16 * warp + lane / 4;
   const int col_in_slice = 2 * (lane % 4);
-  int step = 0;
+  int step = step0;
+  const int tile_steps = any ? args.group * (m_end - m_begin) : 0;
   // Deterministic mode without DqViaTma: the one consumer thread that waits on and signals the
   // dQ semaphores (bwd_dq_out).
   const bool dq_sem_thread = c == 0 && elected;
@@ -591,18 +755,19 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
     issue_st_step<T, Cfg>(st, q, sK, r, s_col0, total_steps > 0);
     issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0, total_steps > 0);
     if (total_steps > 0) {
-      scores_to_ds(m_begin * BM, q.pipe.stage, 0);
+      scores_to_ds(m_begin * BM, q.pipe.stage, step0);
     } else {
       wgmma_wait<0>();
     }
     int g = 0, m = m_begin;
-    for (int step = 0; step < total_steps; ++step) {
+    // (`step` = step0 + the step inside this tile: the P^T/dS^T buffer of the step.)
+    for (int step = step0; step < step0 + total_steps; ++step) {
       // (DqViaTma: dq_rows and g unused here, the writer warp addresses dq_accum.)
       float* dq_rows = Cfg::dq_via_tma() ? nullptr
                                          : args.dq_accum + (int64_t(batch) * args.heads_q + kv_head * args.group + g) *
                                                                args.seq_q_pad * Cfg::head_dim();
       const int m0 = m * BM;
-      const bool has_next = step + 1 < total_steps;
+      const bool has_next = step + 1 < step0 + total_steps;
       uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
 
       // Group B.
@@ -759,27 +924,43 @@ __device__ __forceinline__ void bwd_consumer(int c, uint8_t* smem, uint64_t* kv_
           fence_regs(dsf);
         }
 
-        // Q, dO (and their lse2 / delta') are no longer read by this warpgroup.
-        q.release(elected);
-        dO.release(elected);
-        q.advance();
-        dO.advance();
+        if constexpr (Cfg::dq_in_ring()) {
+          // dQ into this warpgroup's halves of the Q/dO stage; the writer warp frees the stage.
+          if constexpr (Cfg::dq_pieces() == 1) {
+            stage_dq_ring<Cfg>(dq, q_tile, do_tile, c, tid, step);
+          } else {
+            stage_dq_ring_pieces<T, Cfg>(dq, stage, ds_tile, sK, qs, dq_col0, step);
+          }
+          q.advance();
+          dO.advance();
+        } else {
+          // Q, dO (and their lse2 / delta') are no longer read by this warpgroup.
+          q.release(elected);
+          dO.release(elected);
+          q.advance();
+          dO.advance();
 
-        int* dq_sem = !Cfg::dq_via_tma() && args.deterministic
-                          ? args.dq_sem + (int64_t(batch) * args.heads_q + head) * (args.seq_q_pad / 64) + m
-                          : nullptr;
-        const int dq_rank = dq_sem ? bwd_dq_rank<Cfg, Causal>(args, n0 / Cfg::block_n(), m) : 0;
-        bwd_dq_out<T, Cfg>(dq, dq_rows, ds_tile, sK, m0, c, qs, dq_col0, tid, warp, lane, dq_sem, dq_rank,
-                           dq_sem_thread);
+          int* dq_sem = !Cfg::dq_via_tma() && args.deterministic
+                            ? args.dq_sem + (int64_t(batch) * args.heads_q + head) * (args.seq_q_pad / 64) + m
+                            : nullptr;
+          const int dq_rank = dq_sem ? bwd_dq_rank<Cfg, Causal>(args, n0 / Cfg::block_n(), m) : 0;
+          bwd_dq_out<T, Cfg>(dq, dq_rows, ds_tile, sK, m0, c, qs, dq_col0, tid, warp, lane, dq_sem, dq_rank,
+                             dq_sem_thread);
+        }
       }
     }
 
   }
 
+  // Persistent: no wgmma of this warpgroup reads K/V any more (every path above ends in a
+  // wait<0>), so the producer may load the next tile's while the dK/dV stores run.
+  if (kv_empty != nullptr && any && elected) mbarrier_arrive(kv_empty);
+
   // Epilogue: dK = softmax_scale * dS^T Q summed over the group, dV = P^T dO; rows past seq_k
   // dropped. A key block no query sees (possible only with seq_q == 0) writes zeros.
   store_dkv<T, Cfg>(args.dk, dk, args.softmax_scale, args, n0, r, dkv_col0, kv_head, batch, warp, lane);
   store_dkv<T, Cfg>(args.dv, dv, 1.f, args, n0, r, dkv_col0, kv_head, batch, warp, lane);
+  return tile_steps;
 }
 
 template <class T, class Cfg, bool Causal>
@@ -795,9 +976,11 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   auto* do_bars = q_bars + 1;
   static_assert(sizeof(Barriers) == 8 * 2 * Cfg::q_stages(), "barrier block size (bwd_config.cuh)");
 
-  const int n0 = bwd_key_block<Causal>(args) * Cfg::block_n();
-  const int kv_head = blockIdx.y;
-  const int batch = blockIdx.z;
+  int n_block, kv_head, batch;
+  bwd_block_coords(args, &n_block, &kv_head, &batch);
+  // Deterministic causal: key blocks last-first (bwd_key_block; the launch keeps grid x = key block).
+  if (Causal && args.deterministic) n_block = bwd_key_block<Causal>(args);
+  const int n0 = n_block * Cfg::block_n();
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -806,11 +989,14 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     tma_prefetch_map(&tm_v);
     tma_prefetch_map(&tm_do);
     mbarrier_init(kv_full, 1);
-    StagedPipeline<Cfg::q_stages(), 1>::init(q_bars, Cfg::consumer_warpgroups());
-    StagedPipeline<Cfg::q_stages(), 1>::init(do_bars, Cfg::consumer_warpgroups());
+    StagedPipeline<Cfg::q_stages(), 1>::init(q_bars, Cfg::ring_empty_arrivals());
+    StagedPipeline<Cfg::q_stages(), 1>::init(do_bars, Cfg::ring_empty_arrivals());
     fence_mbarrier_init();
   }
   __syncthreads();
+  // PDL: every CTA of this grid has started, so the postprocess may be scheduled (it waits for
+  // this grid's completion in griddep_wait before reading dq_accum).
+  if (args.pdl) griddep_launch_dependents();
 
   if (wg == 0) {
     setmaxnreg_dec<Cfg::producer_regs()>();
@@ -829,6 +1015,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
         for (int c = 0; c < Cfg::chunks(); ++c) {
           tma_load_4d(smem + Cfg::v_offset() + c * Cfg::chunk_bytes_kv(), &tm_v, kv_full, c * 64, n0, kv_head, batch);
         }
+        // PDL: K and V (inputs) are already on their way; lse2 / delta' come from the preprocess.
+        if (args.pdl) griddep_wait();
         StagedPipeline<Cfg::q_stages(), 1> q_ring{q_bars};
         StagedPipeline<Cfg::q_stages(), 1> do_ring{do_bars};
         float* sLse = reinterpret_cast<float*>(smem + Cfg::lse_offset());
@@ -845,11 +1033,307 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
         }
       }
     } else if (Cfg::dq_via_tma() && threadIdx.x / 32 == 1) {
+      if (args.pdl) griddep_wait();  // dq_accum is zeroed by the preprocess
       bwd_dq_writer<Cfg, Causal>(smem, args, n0, kv_head, batch, threadIdx.x % 32);
+    } else if (Cfg::dq_in_ring() && threadIdx.x / 32 == 1) {
+      if (args.pdl) griddep_wait();
+      bwd_dq_ring_writer<Cfg, Causal>(smem, q_bars, do_bars, args, n0, kv_head, batch, threadIdx.x % 32);
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
-    bwd_consumer<T, Cfg, Causal>(wg - 1, smem, kv_full, q_bars, do_bars, args, n0, kv_head, batch);
+    if (args.pdl) griddep_wait();  // red.global into dq_accum (zeroed by the preprocess)
+    using Ring = TmaConsumerPipeline<T, typename Cfg::RowRing, false>;
+    Ring q(q_bars, smem + Cfg::q_offset());
+    Ring dO(do_bars, smem + Cfg::do_offset());
+    bwd_consumer_tile<T, Cfg, Causal>(wg - 1, smem, kv_full, 0, nullptr, q, dO, 0, args, n0, kv_head, batch);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Persistent kernel (variant bit 3, bwd v3; standalone harness only)
+// ---------------------------------------------------------------------------------------------
+
+// Tile counter of the persistent kernel: [0] = tiles handed out past the first gridDim.x, [1] =
+// CTAs that found no tile left. Self-cleaning: the last CTA to find none resets both, so every
+// launch starts from 0 (zero-initialised with the module; launches on one stream never overlap
+// here: the next main kernel is behind at least the next preprocess). One per translation unit
+// (static, no -rdc), i.e. per variant file; not safe for two backward calls running
+// concurrently on two streams -- a library version would put it in the workspace.
+static __device__ int g_bwd_tile_counter[2];
+
+// Tile id -> (key block, kv head, batch). lpt_section == 0: key block fastest (v2's grid order);
+// else bwd_block_coords' sectioned longest-first order.
+__device__ __forceinline__ void bwd_tile_coords(const BwdArgs& args, int id, int* n_block, int* kv_head,
+                                                int* batch) {
+  int hb;
+  if (args.lpt_section == 0) {
+    hb = id / args.n_blocks;
+    *n_block = id - hb * args.n_blocks;
+  } else {
+    const int pairs = args.heads_kv * args.batch;
+    const int per_section = args.lpt_section * args.n_blocks;
+    const int section = id / per_section;
+    const int rem = id - section * per_section;
+    const int first = section * args.lpt_section;
+    const int width = min(args.lpt_section, pairs - first);
+    hb = first + rem % width;
+    *n_block = rem / width;
+  }
+  *batch = hb / args.heads_kv;
+  *kv_head = hb - *batch * args.heads_kv;
+}
+
+// Reads the id of iteration `it` (after its tile_full wait) and frees the slot: every reading
+// thread arrives on tile_empty[it % 2] (count kBwdTileReaders), which the loader waits for before
+// it writes the slot again for iteration it + 2.
+constexpr uint32_t kBwdTileReaders = kBwdConsumerThreads + 32;
+__device__ __forceinline__ int bwd_read_tile_id(const int* ids, uint64_t* tile_empty, int it) {
+  const int id = *reinterpret_cast<const volatile int*>(ids + (it & 1));
+  mbarrier_arrive(&tile_empty[it & 1]);
+  return id;
+}
+
+// Persistent DqViaTma writer: bwd_dq_writer's protocol run on across tiles (one DqEmpty
+// pre-arrival at the start, an arrival after every step but the CTA's very last). At a tile's
+// last step it peeks at the next tile id (published by the loader once it has issued all of this
+// tile's loads, which it has: this step's DqFull means its Q/dO arrived) to know whether that step
+// is the last one.
+template <class Cfg, bool Causal>
+__device__ __forceinline__ void bwd_dq_writer_persistent(uint8_t* smem, const BwdArgs& args, uint64_t* tile_full,
+                                                         uint64_t* tile_empty, const int* ids, int lane) {
+  const float* sdq = reinterpret_cast<const float*>(smem + Cfg::dq_offset());
+  int it = 0;
+  mbarrier_wait(&tile_full[0], 0);
+  int id = bwd_read_tile_id(ids, tile_empty, 0);
+  if (id < 0) return;
+  named_barrier_arrive(kBwdBarDqEmpty, kBwdDqBarrierThreads);
+  while (true) {
+    int n_block, kv_head, batch, m_begin, m_end;
+    bwd_tile_coords(args, id, &n_block, &kv_head, &batch);
+    bwd_m_range<Cfg, Causal>(args, n_block * Cfg::block_n(), &m_begin, &m_end);
+    // Every tile has a step: seq_q > 0 (launch_bwd_checked), so m_begin < m_end (bwd_m_range).
+    int next = -1;
+    for (int g = 0; g < args.group; ++g) {
+      const int head = kv_head * args.group + g;
+      float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
+      for (int m = m_begin; m < m_end; ++m) {
+        named_barrier_sync(kBwdBarDqFull, kBwdDqBarrierThreads);
+        if (lane == 0) {
+          bulk_reduce_add_f32(dq_rows + int64_t(m) * Cfg::block_m() * Cfg::head_dim(), sdq, Cfg::dq_tile_bytes());
+          bulk_commit();
+        }
+        bool more = true;
+        if (g == args.group - 1 && m == m_end - 1) {
+          mbarrier_wait(&tile_full[(it + 1) & 1], ((it + 1) >> 1) & 1);
+          next = bwd_read_tile_id(ids, tile_empty, it + 1);
+          more = next >= 0;
+        }
+        if (more) {
+          if (lane == 0) bulk_wait_read();
+          __syncwarp();
+          named_barrier_arrive(kBwdBarDqEmpty, kBwdDqBarrierThreads);
+        }
+      }
+    }
+    ++it;
+    if (next < 0) break;
+    id = next;
+  }
+  if (lane == 0) bulk_wait_all();
+}
+
+// Persistent DqInRing writer: bwd_dq_ring_writer's loop run on across tiles (the ring stage and
+// the barrier parity continue; no pre-arrival protocol, so no peeking).
+template <class Cfg, bool Causal, class Barriers>
+__device__ __forceinline__ void bwd_dq_ring_writer_persistent(uint8_t* smem, Barriers* q_bars, Barriers* do_bars,
+                                                              const BwdArgs& args, uint64_t* tile_full,
+                                                              uint64_t* tile_empty, const int* ids, int lane) {
+  constexpr uint32_t kRegion = Cfg::ring_region_bytes();
+  int stage = 0;
+  int step = 0;
+  for (int it = 0;; ++it) {
+    mbarrier_wait(&tile_full[it & 1], (it >> 1) & 1);
+    const int id = bwd_read_tile_id(ids, tile_empty, it);
+    if (id < 0) break;
+    int n_block, kv_head, batch, m_begin, m_end;
+    bwd_tile_coords(args, id, &n_block, &kv_head, &batch);
+    bwd_m_range<Cfg, Causal>(args, n_block * Cfg::block_n(), &m_begin, &m_end);
+    for (int g = 0; g < args.group; ++g) {
+      const int head = kv_head * args.group + g;
+      float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
+      for (int m = m_begin; m < m_end; ++m) {
+        named_barrier_sync(kBwdBarDqRing + uint32_t(step & 1), kBwdDqBarrierThreads);
+        if (lane == 0) {
+          const uint8_t* q_tile = smem + Cfg::q_offset() + stage * Cfg::q_tile_bytes();
+          const uint8_t* do_tile = smem + Cfg::do_offset() + stage * Cfg::q_tile_bytes();
+          float* dst = dq_rows + int64_t(m) * Cfg::block_m() * Cfg::head_dim();
+#pragma unroll
+          for (int c = 0; c < Cfg::consumer_warpgroups(); ++c) {
+            float* piece = dst + c * 64 * Cfg::dq_cols();
+            bulk_reduce_add_f32(piece, reinterpret_cast<const float*>(q_tile + c * kRegion), kRegion);
+            bulk_reduce_add_f32(piece + kRegion / 4, reinterpret_cast<const float*>(do_tile + c * kRegion), kRegion);
+          }
+          bulk_commit();
+          bulk_wait_read();
+          mbarrier_arrive(&q_bars->empty[stage]);
+          mbarrier_arrive(&do_bars->empty[stage]);
+        }
+        __syncwarp();
+        if (++stage == Cfg::q_stages()) stage = 0;
+        ++step;
+      }
+    }
+  }
+  if (lane == 0) bulk_wait_all();
+}
+
+// Grid: min(tiles, SMs) CTAs, 1-D. Tile ids: blockIdx.x first, then g_bwd_tile_counter[0]++ +
+// gridDim.x, until >= tiles. The loader thread fetches and publishes each id (then -1) in
+// tile_ids[it % 2] on tile_full[it % 2] (count 1; readers wait with parity (it / 2) % 2); every
+// reading thread (256 consumer + 32 writer) then arrives on tile_empty[it % 2], which the loader
+// waits for before rewriting the slot for it + 2 (found necessary by bwd_protocol_model.py for the
+// DqInRing writer, whose lag behind the loader the consumers do not bound). K/V: kv_full completes once per tile with steps (parity =
+// such tiles so far % 2); kv_empty (count 2, one elected thread per consumer warpgroup after its
+// last K/V-reading wgmma of the tile retired) gates the next tile's K/V loads (fresh-barrier
+// parity trick for the first). The Q/dO rings, P^T/dS^T buffers (via step0) and the dQ writer
+// handshakes continue across tiles. Pipelined schedule: the look-ahead S^T/dP^T of a tile's last
+// step read the next Q/dO stage without waiting (results discarded); the loader issues none of
+// the next tile's loads (K/V or Q/dO) before kv_empty, which the consumers arrive on after the
+// wait<0> that retires that look-ahead, so nothing is written under it (checked in
+// tests/gpu/cuda/bwd_protocol_model.py).
+template <class T, class Cfg, bool Causal>
+__global__ void __launch_bounds__(Cfg::threads(), 1)
+    bwd_kernel_persistent(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                          const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+                          const BwdArgs args) {
+  static_assert(Cfg::persistent(), "persistent config");
+  using Barriers = typename StagedPipeline<Cfg::q_stages(), 1>::Barriers;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
+  auto* q_bars = reinterpret_cast<Barriers*>(kv_full + 1);
+  auto* do_bars = q_bars + 1;
+  uint64_t* kv_empty = reinterpret_cast<uint64_t*>(smem + Cfg::persistent_offset());
+  uint64_t* tile_full = kv_empty + 1;
+  uint64_t* tile_empty = tile_full + 2;
+  int* tile_ids = reinterpret_cast<int*>(tile_empty + 2);
+  static_assert(sizeof(Barriers) == 8 * 2 * Cfg::q_stages(), "barrier block size (bwd_config.cuh)");
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_map(&tm_q);
+    tma_prefetch_map(&tm_k);
+    tma_prefetch_map(&tm_v);
+    tma_prefetch_map(&tm_do);
+    mbarrier_init(kv_full, 1);
+    mbarrier_init(kv_empty, Cfg::consumer_warpgroups());
+    mbarrier_init(&tile_full[0], 1);
+    mbarrier_init(&tile_full[1], 1);
+    mbarrier_init(&tile_empty[0], kBwdTileReaders);
+    mbarrier_init(&tile_empty[1], kBwdTileReaders);
+    StagedPipeline<Cfg::q_stages(), 1>::init(q_bars, Cfg::ring_empty_arrivals());
+    StagedPipeline<Cfg::q_stages(), 1>::init(do_bars, Cfg::ring_empty_arrivals());
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (args.pdl) griddep_launch_dependents();
+
+  if (wg == 0) {
+    setmaxnreg_dec<Cfg::producer_regs()>();
+    if (threadIdx.x == 0) {
+      const int tiles = args.n_blocks * args.heads_kv * args.batch;
+      StagedPipeline<Cfg::q_stages(), 1> q_ring{q_bars};
+      StagedPipeline<Cfg::q_stages(), 1> do_ring{do_bars};
+      float* sLse = reinterpret_cast<float*>(smem + Cfg::lse_offset());
+      float* sDelta = reinterpret_cast<float*>(smem + Cfg::delta_offset());
+      int id = blockIdx.x;
+      int loads = 0;
+      for (int it = 0;; ++it) {
+        const bool valid = id < tiles;
+        // Slot it % 2 was read by every reader for iteration it - 2 (fresh-barrier parity trick
+        // for it < 2). Without this wait a writer warp that lags (DqInRing: the consumers only
+        // arrive on its barriers) could miss an id when tiles are 1-2 steps long.
+        mbarrier_wait(&tile_empty[it & 1], ((it >> 1) & 1) ^ 1);
+        *reinterpret_cast<volatile int*>(tile_ids + (it & 1)) = valid ? id : -1;
+        mbarrier_arrive(&tile_full[it & 1]);  // release: the id store is visible to the waiters
+        if (!valid) break;
+        int n_block, kv_head, batch, m_begin, m_end;
+        bwd_tile_coords(args, id, &n_block, &kv_head, &batch);
+        const int n0 = n_block * Cfg::block_n();
+        bwd_m_range<Cfg, Causal>(args, n0, &m_begin, &m_end);
+        if (m_end > m_begin) {
+          mbarrier_wait(kv_empty, (loads & 1) ^ 1);  // the previous tile's K/V no longer read
+          mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kv_tile_bytes());
+#pragma unroll
+          for (int c = 0; c < Cfg::chunks(); ++c) {
+            tma_load_4d(smem + Cfg::k_offset() + c * Cfg::chunk_bytes_kv(), &tm_k, kv_full, c * 64, n0, kv_head,
+                        batch);
+          }
+#pragma unroll
+          for (int c = 0; c < Cfg::chunks(); ++c) {
+            tma_load_4d(smem + Cfg::v_offset() + c * Cfg::chunk_bytes_kv(), &tm_v, kv_full, c * 64, n0, kv_head,
+                        batch);
+          }
+          if (loads == 0 && args.pdl) griddep_wait();
+          ++loads;
+          for (int g = 0; g < args.group; ++g) {
+            const int head = kv_head * args.group + g;
+            const int64_t vec_row = (int64_t(batch) * args.heads_q + head) * args.seq_q_pad;
+            for (int m = m_begin; m < m_end; ++m) {
+              const int m0 = m * Cfg::block_m();
+              load_row_step<Cfg>(q_ring, smem + Cfg::q_offset(), sLse, &tm_q, args.lse2 + vec_row + m0, m0, head,
+                                 batch);
+              load_row_step<Cfg>(do_ring, smem + Cfg::do_offset(), sDelta, &tm_do, args.delta + vec_row + m0, m0,
+                                 head, batch);
+            }
+          }
+        }
+        id = atomicAdd(&g_bwd_tile_counter[0], 1) + int(gridDim.x);
+      }
+      // This CTA's last fetch is done; the last CTA to get here resets the counter for the next
+      // launch (the fence orders this CTA's fetches before its count).
+      __threadfence();
+      if (atomicAdd(&g_bwd_tile_counter[1], 1) == int(gridDim.x) - 1) {
+        __threadfence();
+        atomicExch(&g_bwd_tile_counter[0], 0);
+        atomicExch(&g_bwd_tile_counter[1], 0);
+      }
+    } else if (Cfg::dq_via_tma() && threadIdx.x / 32 == 1) {
+      if (args.pdl) griddep_wait();
+      bwd_dq_writer_persistent<Cfg, Causal>(smem, args, tile_full, tile_empty, tile_ids, threadIdx.x % 32);
+    } else if (Cfg::dq_in_ring() && threadIdx.x / 32 == 1) {
+      if (args.pdl) griddep_wait();
+      bwd_dq_ring_writer_persistent<Cfg, Causal>(smem, q_bars, do_bars, args, tile_full, tile_empty, tile_ids,
+                                                 threadIdx.x % 32);
+    }
+  } else {
+    setmaxnreg_inc<Cfg::consumer_regs()>();
+    if (args.pdl) griddep_wait();
+    using Ring = TmaConsumerPipeline<T, typename Cfg::RowRing, false>;
+    Ring q(q_bars, smem + Cfg::q_offset());
+    Ring dO(do_bars, smem + Cfg::do_offset());
+    int step0 = 0;
+    int kv_uses = 0;
+    for (int it = 0;; ++it) {
+      mbarrier_wait(&tile_full[it & 1], (it >> 1) & 1);
+      const int id = bwd_read_tile_id(tile_ids, tile_empty, it);
+      if (id < 0) break;
+      int n_block, kv_head, batch;
+      bwd_tile_coords(args, id, &n_block, &kv_head, &batch);
+      // hd256: the shared-memory base made opaque per tile, so addresses and wgmma descriptors
+      // derived from it are computed inside the tile, not hoisted out of the tile loop and kept
+      // live through the dK/dV epilogue (that spilled 0.2-0.5 KB there; at hd64/hd128 it costs a
+      // few consumer spills instead, so not there).
+      uint8_t* smem_t = smem;
+      if constexpr (!Cfg::pds_in_registers()) asm volatile("" : "+l"(smem_t));
+      q.smem = smem_t + Cfg::q_offset();
+      dO.smem = smem_t + Cfg::do_offset();
+      const int steps = bwd_consumer_tile<T, Cfg, Causal>(wg - 1, smem_t, kv_full, uint32_t(kv_uses & 1), kv_empty,
+                                                          q, dO, step0, args, n_block * Cfg::block_n(), kv_head,
+                                                          batch);
+      step0 += steps;
+      kv_uses += steps > 0 ? 1 : 0;
+    }
   }
 }
 
@@ -917,7 +1401,7 @@ __global__ void __launch_bounds__(256) bwd_postprocess(const float* dq_accum, T*
   const int i = int(bi % seq_q);
   const int b = int(bi / seq_q);
   const float* src;
-  if constexpr (Cfg::dq_via_tma()) {
+  if constexpr (Cfg::dq_frag_layout()) {
     constexpr int BM = Cfg::block_m();
     src = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + (i / BM) * BM) * HeadDim +
           Cfg::dq_accum_offset(i % BM, cv * kVec);
@@ -932,6 +1416,87 @@ __global__ void __launch_bounds__(256) bwd_postprocess(const float* dq_accum, T*
   out.z = bwd_pack2<T>(c.x * scale, c.y * scale);
   out.w = bwd_pack2<T>(c.z * scale, c.w * scale);
   *reinterpret_cast<uint4*>(dq + bi * heads_q * HeadDim + int64_t(head) * HeadDim + cv * kVec) = out;
+}
+
+// BwdLaunchOptions::fused_prepost: the preprocess that also zeroes dq_accum (no memset), grid
+// (seq_q_pad / rows per block, heads_q, batch), HeadDim / 8 threads per row (16-byte loads of O and
+// dO, two 16-byte zero stores of the row's dq_accum floats: any tile order of dq_accum covers the
+// same rows), several rows per warp at hd64/hd128. pdl: lets the main kernel be scheduled at once
+// (it waits in griddep_wait for this grid to complete before reading what it writes).
+template <class T, int HeadDim>
+__global__ void __launch_bounds__(256) bwd_preprocess_zero(const T* o, const T* d_o, const float* lse,
+                                                           const float* dlse, float* lse2, float* delta,
+                                                           float* dq_accum, int seq_q, int seq_q_pad,
+                                                           int heads_q, int pdl) {
+  constexpr int kVec = 8;
+  constexpr int kLanes = HeadDim / kVec;  // threads per row: 8, 16, 32
+  constexpr int kRowsPerBlock = 256 / kLanes;
+  static_assert(kLanes <= 32 && 128 % kRowsPerBlock == 0, "rows of one warp; blocks tile seq_q_pad");
+  if (pdl) griddep_launch_dependents();
+  const int head = blockIdx.y;
+  const int b = blockIdx.z;
+  const int i = int(blockIdx.x) * kRowsPerBlock + int(threadIdx.x) / kLanes;  // < seq_q_pad
+  const int lane = threadIdx.x % kLanes;
+  const int64_t bh = int64_t(b) * heads_q + head;
+  float acc = 0.f;
+  if (i < seq_q) {
+    const int64_t off = ((int64_t(b) * seq_q + i) * heads_q + head) * HeadDim + lane * kVec;
+    const uint4 ov = *reinterpret_cast<const uint4*>(o + off);
+    const uint4 dv = *reinterpret_cast<const uint4*>(d_o + off);
+    const T* op = reinterpret_cast<const T*>(&ov);
+    const T* dp = reinterpret_cast<const T*>(&dv);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) acc += float(op[k]) * float(dp[k]);
+  }
+  float4* z = reinterpret_cast<float4*>(dq_accum + (bh * seq_q_pad + i) * HeadDim) + 2 * lane;
+  z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+  z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int off = kLanes / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, off);
+  if (lane == 0) {
+    float l2 = INFINITY, dl = 0.f;
+    if (i < seq_q) {
+      const int64_t li = bh * seq_q + i;
+      const float l = lse[li];
+      if (l != -INFINITY) {
+        l2 = l * 1.4426950408889634f;
+        dl = acc - dlse[li];
+      }
+    }
+    lse2[bh * seq_q_pad + i] = l2;
+    delta[bh * seq_q_pad + i] = dl;
+  }
+}
+
+// BwdLaunchOptions::fused_prepost: bwd_postprocess with (head, batch) from the grid (y, z) and only
+// power-of-two divisions. pdl: launched as a dependent of the main kernel; waits for it here.
+template <class T, int HeadDim, class Cfg>
+__global__ void __launch_bounds__(256) bwd_postprocess_grid(const float* dq_accum, T* dq, float scale, int seq_q,
+                                                            int seq_q_pad, int heads_q, int pdl) {
+  constexpr int kVec = 8;
+  if (pdl) griddep_wait();
+  const int64_t idx = int64_t(blockIdx.x) * 256 + threadIdx.x;  // over seq_q * HeadDim / 8
+  if (idx >= int64_t(seq_q) * (HeadDim / kVec)) return;
+  const int head = blockIdx.y;
+  const int b = blockIdx.z;
+  const int cv = int(idx % (HeadDim / kVec));
+  const int i = int(idx / (HeadDim / kVec));
+  const int64_t bh = int64_t(b) * heads_q + head;
+  const float* src;
+  if constexpr (Cfg::dq_frag_layout()) {
+    constexpr int BM = Cfg::block_m();
+    src = dq_accum + (bh * seq_q_pad + (i / BM) * BM) * HeadDim + Cfg::dq_accum_offset(i % BM, cv * kVec);
+  } else {
+    src = dq_accum + (bh * seq_q_pad + i) * HeadDim + cv * kVec;
+  }
+  const float4 a = *reinterpret_cast<const float4*>(src);
+  const float4 c = *reinterpret_cast<const float4*>(src + 4);
+  uint4 out;
+  out.x = bwd_pack2<T>(a.x * scale, a.y * scale);
+  out.y = bwd_pack2<T>(a.z * scale, a.w * scale);
+  out.z = bwd_pack2<T>(c.x * scale, c.y * scale);
+  out.w = bwd_pack2<T>(c.z * scale, c.w * scale);
+  *reinterpret_cast<uint4*>(dq + ((int64_t(b) * seq_q + i) * heads_q + head) * HeadDim + cv * kVec) = out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -949,6 +1514,23 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
     return std::string("backward ") + what + " failed: " + cudaGetErrorString(err);
   };
 
+  // Launch options (BwdLaunchOptions, all off in the library). The grid-indexed pre/postprocess
+  // need heads_q and batch within gridDim.y / z (65535); else the v2 kernels run.
+  const BwdLaunchOptions opt = bwd_launch_options();
+  const bool fused = opt.fused_prepost && p.heads_q <= 65535 && p.batch <= 65535;
+  const bool pdl = fused && opt.pdl;
+  constexpr int kPreRows = 256 / (D / 8);
+  if (fused) {
+    // The dq semaphores (deterministic mode) follow dq_accum (bwd_workspace.h): a few bytes, zeroed
+    // before the preprocess so nothing sits between it and a PDL-launched main kernel.
+    const size_t sem_bytes = size_t(p.batch) * p.heads_q * (pad / kBwdSemRows) * sizeof(int);
+    if ((e = cudaMemsetAsync(ws.dq_sem, 0, sem_bytes, stream)) != cudaSuccess) return fail("dq_sem memset", e);
+    bwd_preprocess_zero<T, D><<<dim3(unsigned(pad / kPreRows), unsigned(p.heads_q), unsigned(p.batch)), 256, 0,
+                                 stream>>>(static_cast<const T*>(p.o), static_cast<const T*>(p.d_o), p.lse, p.dlse,
+                                           ws.lse2, ws.delta, ws.dq_accum, int(p.seq_q), int(pad),
+                                           int(p.heads_q), pdl ? 1 : 0);
+    if ((e = cudaGetLastError()) != cudaSuccess) return fail("preprocess launch", e);
+  } else {
   // dq_accum and the dq semaphores that follow it (bwd_workspace.h), in one memset.
   const size_t zero_bytes = size_t(reinterpret_cast<char*>(ws.dq_sem + p.batch * p.heads_q * (pad / kBwdSemRows)) -
                                    reinterpret_cast<char*>(ws.dq_accum));
@@ -961,7 +1543,9 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
         int(p.batch), int(p.seq_q), int(pad), int(p.heads_q));
     if ((e = cudaGetLastError()) != cudaSuccess) return fail("preprocess launch", e);
   }
+  }
 
+  bool main_launched = false;
   if (p.seq_k > 0) {
     CUtensorMap tq, tk, tv, tdo;
     std::string err;
@@ -987,17 +1571,107 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
     args.scale_log2 = p.softmax_scale * 1.4426950408889634f;
     args.deterministic = p.deterministic;
 
-    auto kernel = bwd_kernel<T, Cfg, Causal>;
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
-    if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
     // Key blocks in index order: under a causal mask block 0 sees the most queries, so the
     // longest CTAs start first. Deterministic mode relies on the dispatch order (grid x, the
     // fastest-varying): a CTA waits only on CTAs of lower blockIdx.x, dispatched before it
-    // (causal deterministic maps blockIdx.x to key blocks last-first: bwd_key_block).
-    const dim3 grid(unsigned((p.seq_k + Cfg::block_n() - 1) / Cfg::block_n()), unsigned(p.heads_kv),
-                    unsigned(p.batch));
-    kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, tdo, args);
+    // (causal deterministic maps blockIdx.x to key blocks last-first: bwd_key_block), so it
+    // keeps this grid (no longest-first sections, no persistent kernel).
+    const int64_t n_blocks = (p.seq_k + Cfg::block_n() - 1) / Cfg::block_n();
+    dim3 grid(unsigned(n_blocks), unsigned(p.heads_kv), unsigned(p.batch));
+    args.pdl = pdl ? 1 : 0;
+    args.lpt_section = 0;
+    args.n_blocks = int(n_blocks);
+    args.batch = int(p.batch);
+    const int64_t pairs = p.heads_kv * p.batch;
+    if (opt.lpt && Causal && !p.deterministic && n_blocks * pairs <= INT32_MAX) {
+      // Section = the (batch, kv head) pairs whose Q, dO (2 x 2 bytes) and dq_accum (4 bytes) rows
+      // fit lpt_section_bytes, rounded down to a power of two, at least 1.
+      const int64_t pair_bytes = std::max<int64_t>(1, (p.heads_q / p.heads_kv) * p.seq_q * D * 8);
+      int64_t section = 1;
+      while (section * 2 * pair_bytes <= opt.lpt_section_bytes && section * 2 <= pairs) section *= 2;
+      args.lpt_section = int(section);
+      grid = dim3(unsigned(n_blocks * pairs), 1, 1);
+    }
+    if constexpr (Cfg::persistent()) {
+      // min(tiles, SMs) CTAs; causal tiles in the sectioned longest-first order (always: the
+      // dynamic tile counter is greedy list scheduling, which wants the longest first).
+      if (n_blocks * pairs > INT32_MAX) return "backward: too many tiles for the persistent kernel";
+      if (!Causal) args.lpt_section = 0;
+      if (Causal && args.lpt_section == 0) {
+        const int64_t pair_bytes = std::max<int64_t>(1, (p.heads_q / p.heads_kv) * p.seq_q * D * 8);
+        int64_t section = 1;
+        while (section * 2 * pair_bytes <= opt.lpt_section_bytes && section * 2 <= pairs) section *= 2;
+        args.lpt_section = int(section);
+      }
+      static int sm_count = 0;
+      if (sm_count == 0) {
+        int dev = 0;
+        if ((e = cudaGetDevice(&dev)) != cudaSuccess) return fail("cudaGetDevice", e);
+        if ((e = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+          return fail("cudaDeviceGetAttribute", e);
+      }
+      auto pkernel = bwd_kernel_persistent<T, Cfg, Causal>;
+      e = cudaFuncSetAttribute(pkernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
+      if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(unsigned(std::min<int64_t>(n_blocks * pairs, sm_count)));
+      cfg.blockDim = dim3(Cfg::threads());
+      cfg.dynamicSmemBytes = Cfg::smem_bytes();
+      cfg.stream = stream;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = pdl ? 1 : 0;
+      e = cudaLaunchKernelEx(&cfg, pkernel, tq, tk, tv, tdo, args);
+      if (e != cudaSuccess) return fail("persistent main kernel launch", e);
+    } else {
+      auto kernel = bwd_kernel<T, Cfg, Causal>;
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
+      if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
+      if (pdl) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(Cfg::threads());
+        cfg.dynamicSmemBytes = Cfg::smem_bytes();
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        e = cudaLaunchKernelEx(&cfg, kernel, tq, tk, tv, tdo, args);
+        if (e != cudaSuccess) return fail("main kernel launch (PDL)", e);
+      } else {
+        kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, tdo, args);
+      }
+    }
     if ((e = cudaGetLastError()) != cudaSuccess) return fail("main kernel launch", e);
+    main_launched = true;
+  }
+
+  if (fused) {
+    const unsigned blocks_x = unsigned((p.seq_q * (D / 8) + 255) / 256);
+    auto post = bwd_postprocess_grid<T, D, Cfg>;
+    const float* acc = ws.dq_accum;
+    T* dq_out = static_cast<T*>(p.dq);
+    const float scale = p.softmax_scale;
+    const int sq = int(p.seq_q), pd = int(pad), hq = int(p.heads_q);
+    // PDL only behind the main kernel (after the preprocess, a plain launch: nothing to overlap).
+    const int post_pdl = (pdl && main_launched) ? 1 : 0;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks_x, unsigned(p.heads_q), unsigned(p.batch));
+    cfg.blockDim = dim3(256);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = post_pdl ? 1 : 0;
+    e = cudaLaunchKernelEx(&cfg, post, acc, dq_out, scale, sq, pd, hq, post_pdl);
+    if (e != cudaSuccess) return fail("postprocess launch", e);
+    return {};
   }
 
   {
@@ -1012,6 +1686,9 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
 
 template <int HeadDim, int Variant = bwd_default_variant(HeadDim)>
 std::string launch_bwd_head_dim(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
+  if constexpr (Variant != bwd_deterministic_variant(HeadDim)) {
+    if (p.deterministic) return launch_bwd_head_dim<HeadDim, bwd_deterministic_variant(HeadDim)>(p, ws, stream);
+  }
   using Cfg = BwdConfig<HeadDim, Variant>;
   if (p.dtype == BwdDtype::kBf16) {
     return p.causal ? launch_bwd_kernel<__nv_bfloat16, Cfg, true>(p, ws, stream)

@@ -16,6 +16,11 @@ std::string dispatch_head_dim(const BwdProblem& p, const BwdWorkspace& ws, cudaS
 }
 }  // namespace
 
+BwdLaunchOptions& bwd_launch_options() {
+  static BwdLaunchOptions options;  // the library's defaults unless a harness sets them
+  return options;
+}
+
 std::string launch_bwd(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
   return launch_bwd_checked(p, ws, stream, dispatch_head_dim);
 }

@@ -58,6 +58,23 @@ using BwdDispatch = std::string (*)(const BwdProblem&, const BwdWorkspace&, cuda
 std::string launch_bwd_checked(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
                                BwdDispatch dispatch);
 
+// Launch options (bwd v3, NOTES.md), process-wide. The library runs with the defaults below: bit 0
+// on (measured on the H200: +3-7% at seq 2048, no loss at 16k), bits 1 and 2 off (mixed results).
+// The standalone harness sets them (bwd_kernel_check --opts, a bit mask) to time them.
+struct BwdLaunchOptions {
+  // bit 0: dq_accum zeroed inside the preprocess (no cudaMemsetAsync), the preprocess with several
+  // rows per warp and (head, batch) from the grid, the postprocess without 64-bit divisions.
+  bool fused_prepost = true;
+  // bit 1 (with bit 0): programmatic dependent launch of the main kernel and the postprocess
+  // (griddepcontrol: the main kernel's K/V loads and barrier init overlap the preprocess's tail).
+  bool pdl = false;
+  // bit 2: causal only: a 1-D grid of (key block, kv head, batch) in sections of lpt_section_bytes
+  // of Q/dO/dq_accum (L2), each section longest key block first (FA3's LPT idea).
+  bool lpt = false;
+  int64_t lpt_section_bytes = 16 << 20;
+};
+BwdLaunchOptions& bwd_launch_options();
+
 // One per head dim (bwd_hd64.cu, ...): dispatch on dtype and causal. Called by launch_bwd.
 std::string launch_bwd_hd64(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream);
 std::string launch_bwd_hd128(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream);

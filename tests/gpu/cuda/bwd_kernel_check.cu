@@ -37,13 +37,24 @@ using fa4::hopper::BwdDtype;
 using fa4::hopper::BwdProblem;
 using fa4::hopper::BwdWorkspace;
 
-// Kernel variants (cuda/hopper/bwd_config.cuh: bit 0 PipelineScores, bit 1 DqViaTma). The library's
-// variant for a head dim (bwd_default_variant) is built for bf16 and fp16; the others for bf16
-// only, and hd256 has no DqViaTma (2, 3).
+// Kernel variants (cuda/hopper/bwd_config.cuh: bit 0 PipelineScores, bit 1 DqViaTma, bit 2
+// DqInRing, bit 3 Persistent). The library's variant for a head dim (bwd_default_variant: 3 at
+// hd64/hd128, 4 at hd256) is built for bf16 and fp16; the others for bf16 only: hd64/hd128 0, 1,
+// 2, 3, 11; hd256 0, 1, 4, 12.
 static int g_variant = 0;
 static bool variant_built(int d, bool bf16, int v) {
   if (v == fa4::hopper::bwd_default_variant(d)) return true;
-  return bf16 && v >= 0 && v <= 3 && (d != 256 || v <= 1);
+  if (!bf16) return false;
+  return d == 256 ? (v == 0 || v == 1 || v == 4 || v == 12) : ((v >= 0 && v <= 3) || v == 11);
+}
+// Launch options (fa4::hopper::BwdLaunchOptions, cuda/hopper/bwd_launch.h) as a bit mask: 1 =
+// fused_prepost (dq_accum zeroed in the preprocess, grid-indexed pre/postprocess), 2 = pdl
+// (programmatic dependent launch; only with 1), 4 = lpt (causal: sectioned longest-first grid).
+static void set_options(int opts) {
+  auto& o = fa4::hopper::bwd_launch_options();
+  o.fused_prepost = (opts & 1) != 0;
+  o.pdl = (opts & 2) != 0;
+  o.lpt = (opts & 4) != 0;
 }
 static std::string dispatch_variant(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
   switch (p.head_dim) {
@@ -157,9 +168,10 @@ static Err compare(const std::vector<uint16_t>& got, const std::vector<double>& 
   return e;
 }
 
-// Runs one case for every variant (and, for the library's variant of the head dim, in the
-// deterministic mode too), two launches each; returns the number of failing runs.
-static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std::vector<int>& variants, int* runs) {
+// Runs one case for every variant and launch option set (and, for the library's variant of the
+// head dim, in the deterministic mode too), two launches each; returns the number of failing runs.
+static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std::vector<int>& variants,
+                    const std::vector<int>& opt_list, int* runs) {
   const size_t nq = size_t(c.b) * c.sq * c.hq * c.d, nk = size_t(c.b) * c.sk * c.hkv * c.d;
   const size_t nlse = size_t(c.b) * c.hq * c.sq;
   std::mt19937_64 rng(seed);
@@ -218,10 +230,12 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   const BwdWorkspace ws = fa4::hopper::bwd_workspace_from(ws_mem, p);
 
   int failures = 0;
+  for (int opts : opt_list)
   for (int variant : variants) {
   if (!variant_built(c.d, c.bf16, variant)) continue;
   for (int det = 0; det < (variant == fa4::hopper::bwd_default_variant(c.d) ? 2 : 1); ++det) {
   p.deterministic = det != 0;
+  set_options(opts);
   ++*runs;
   const char* mode = det ? " det" : "    ";
   std::vector<uint16_t> gq[2], gk[2], gv[2];
@@ -234,13 +248,14 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
     CHECK_CUDA(cudaMemset(ws_mem, 0xFF, std::max<size_t>(ws_bytes, 16)));
     std::string err = launch_variant(p, ws, variant);
     if (!err.empty()) {
-      std::printf("FAIL v%d %s%s: launch error: %s\n", variant, describe(c).c_str(), mode, err.c_str());
+      std::printf("FAIL v%d o%d %s%s: launch error: %s\n", variant, opts, describe(c).c_str(), mode, err.c_str());
       launched = false;
       break;
     }
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
-      std::printf("FAIL v%d %s%s: kernel error %s\n", variant, describe(c).c_str(), mode, cudaGetErrorString(e));
+      std::printf("FAIL v%d o%d %s%s: kernel error %s\n", variant, opts, describe(c).c_str(), mode,
+                  cudaGetErrorString(e));
       std::exit(2);  // the context is gone
     }
     gq[run].resize(nq);
@@ -276,8 +291,9 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
       eq.nonfinite + ek.nonfinite + ev.nonfinite == 0 && ratio <= 1.0 && kv_same && (q_same || !det);
   *worst_ratio = std::max(*worst_ratio, ratio);
   failures += !pass;
-  std::printf("%s v%d %-62s%s rel err dq %.2e dk %.2e dv %.2e (tol %.0e) nonfinite %zu/%zu/%zu  dk,dv %s  dq %s\n",
-              pass ? "ok  " : "FAIL", variant, describe(c).c_str(), mode, eq.max_ref > 0 ? eq.max_err / eq.max_ref : eq.max_err,
+  std::printf("%s v%d o%d %-62s%s rel err dq %.2e dk %.2e dv %.2e (tol %.0e) nonfinite %zu/%zu/%zu  dk,dv %s  dq %s\n",
+              pass ? "ok  " : "FAIL", variant, opts, describe(c).c_str(), mode,
+              eq.max_ref > 0 ? eq.max_err / eq.max_ref : eq.max_err,
               ek.max_ref > 0 ? ek.max_err / ek.max_ref : ek.max_err, ev.max_ref > 0 ? ev.max_err / ev.max_ref : ev.max_err,
               tol, eq.nonfinite, ek.nonfinite, ev.nonfinite, kv_same ? "repeat" : "DIFFER ON RERUN",
               q_same ? "repeats" : (det ? "DIFFERS ON RERUN (deterministic mode)" : "differs on rerun (atomics)"));
@@ -290,12 +306,12 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
 }
 
 // with_det: also time the library's variant with deterministic = true (same buffers): rows "det".
-static void bench(const std::vector<int>& seqs, const std::vector<int>& variants, const std::vector<int>& dims,
-                  bool with_det) {
+static void bench(const std::vector<int>& seqs, const std::vector<int>& variants, const std::vector<int>& opt_list,
+                  const std::vector<int>& dims, bool with_det) {
   std::printf("\nkernel-only backward timing (preprocess + main + postprocess), FA3 grid (bf16, 16k tokens, "
               "hidden 2048), median of 10; TFLOP/s with backward FLOPs = 2.5 x forward%s\n",
               with_det ? "; variant 'det' = the library's variant in deterministic mode" : "");
-  std::printf("%5s %7s %6s %6s %7s %10s %9s\n", "hd", "causal", "seq", "batch", "variant", "ms", "TFLOP/s");
+  std::printf("%5s %7s %6s %6s %7s %5s %10s %9s\n", "hd", "causal", "seq", "batch", "variant", "opts", "ms", "TFLOP/s");
   for (int d : dims) {
     for (int causal = 0; causal < 2; ++causal) {
       for (int s : seqs) {
@@ -323,11 +339,13 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
         cudaEvent_t e0, e1;
         cudaEventCreate(&e0);
         cudaEventCreate(&e1);
+        for (int opts : opt_list)
         for (int vi = 0; vi < int(variants.size()) + (with_det ? 1 : 0); ++vi) {
         const bool det = vi == int(variants.size());
         const int variant = det ? fa4::hopper::bwd_default_variant(d) : variants[vi];
         if (!variant_built(d, true, variant)) continue;
         p.deterministic = det;
+        set_options(opts);
         std::vector<float> ms;
         for (int it = 0; it < 13; ++it) {
           cudaEventRecord(e0);
@@ -346,9 +364,10 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
         const double med = ms[ms.size() / 2];
         const double flops = 2.5 * 4.0 * b * h * double(s) * s * d / (causal ? 2 : 1);
         if (det)
-          std::printf("%5d %7s %6d %6d %7s %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, "det", med, flops / med / 1e9);
+          std::printf("%5d %7s %6d %6d %7s %5d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, "det", opts, med,
+                      flops / med / 1e9);
         else
-          std::printf("%5d %7s %6d %6d %7d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, variant, med,
+          std::printf("%5d %7s %6d %6d %7d %5d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, variant, opts, med,
                       flops / med / 1e9);
         std::fflush(stdout);
         }
@@ -363,7 +382,8 @@ int main(int argc, char** argv) {
   bool do_bench = false, do_check = true, det_bench = false;
   std::vector<int> seqs = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> only_d;
-  std::vector<int> variants = {0, 1, 2, 3};
+  std::vector<int> variants = {0, 1, 2, 3, 4, 11, 12};
+  std::vector<int> opt_list = {1};  // the library's launch options (bwd_launch.h)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--bench")) do_bench = true;
     if (!std::strcmp(argv[i], "--deterministic-bench")) do_bench = det_bench = true;
@@ -374,6 +394,11 @@ int main(int argc, char** argv) {
       seqs.clear();
       for (const char* t = argv[++i]; *t; t = std::strchr(t, ',') ? std::strchr(t, ',') + 1 : t + std::strlen(t))
         seqs.push_back(std::atoi(t));
+    }
+    if (!std::strcmp(argv[i], "--opts") && i + 1 < argc) {  // launch option masks, e.g. --opts 0,7
+      opt_list.clear();
+      for (const char* t = argv[++i]; *t; t = std::strchr(t, ',') ? std::strchr(t, ',') + 1 : t + std::strlen(t))
+        opt_list.push_back(std::atoi(t));
     }
     if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) {  // e.g. --variants 0,2
       variants.clear();
@@ -409,11 +434,11 @@ int main(int argc, char** argv) {
             c.bf16 = bf16;
             c.causal = causal;
             c.with_dlse = (seed % 2) == 0;
-            failures += run_case(c, seed++, &worst, variants, &total);
+            failures += run_case(c, seed++, &worst, variants, opt_list, &total);
           }
     std::printf("\n%d/%d cases passed (case x variant runs; the library variant also in deterministic mode); worst max-error / tolerance = %.3f\n", total - failures,
                 total, worst);
   }
-  if (do_bench) bench(seqs, variants, only_d.empty() ? std::vector<int>{64, 128, 256} : only_d, det_bench);
+  if (do_bench) bench(seqs, variants, opt_list, only_d.empty() ? std::vector<int>{64, 128, 256} : only_d, det_bench);
   return failures == 0 ? 0 : 1;
 }

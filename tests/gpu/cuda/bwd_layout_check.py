@@ -562,6 +562,82 @@ def check_dq_order():
     return errs
 
 
+def check_dq_ring(cfg: Cfg) -> list[str]:
+    """DqInRing (hd256, bwd v3): stage_dq_ring puts register pair u of thread t of warpgroup c at
+    byte c * R + 1024 (u % P) + 8 t of the step's Q stage (u < P) or dO stage (u >= P), R = the
+    ring region (q_tile_bytes / 2), P = dq_cols / 8 pairs per region. Checks: every byte of both
+    stages written exactly once; warpgroup c writes only the head-dim chunks its own dK (Q) / dV
+    (dO)
+    wgmmas read after the P^T/dS^T barrier (dkv columns [c * dkv_cols, ...)), never the other's;
+    warp stores are 256 contiguous bytes; the writer's four bulk adds (Q region c -> float
+    64 * dq_cols * c, dO region c -> + R / 4) rebuild exactly the fragment-order tile of
+    dq_frag_offset, and the postprocess (dq_accum_offset) reads dQ[row, col] back."""
+    errs = []
+    if cfg.D != 256:
+        return errs
+    BM, D = cfg.BM, cfg.D
+    R = cfg.q_tile_bytes // cfg.col_splits
+    P = cfg.dq_cols // 8
+    if 64 * cfg.dq_cols * 4 != 2 * R or P * 1024 != R:
+        errs.append("hd256: dQ piece is not a Q half + a dO half")
+        return errs
+    dq = np.arange(BM * D, dtype=np.float64).reshape(BM, D) + 0.5
+    stages = {
+        "q": np.full(cfg.q_tile_bytes // 4, np.nan),
+        "do": np.full(cfg.q_tile_bytes // 4, np.nan),
+    }
+    written = {k: np.zeros(cfg.q_tile_bytes // 4, dtype=int) for k in stages}
+    for c in range(cfg.W):
+        qs, ds = c % cfg.dq_row_slices, c // cfg.dq_row_slices
+        if qs != 0 or ds != c or c % cfg.col_splits != c:
+            errs.append("hd256: ownership is not (r=0, s=c, dq slice c)")
+        piece = dq[64 * qs : 64 * qs + 64, ds * cfg.dq_cols : (ds + 1) * cfg.dq_cols]
+        regs = scatter_acc(piece)
+        # bytes c's dK reads of Q (and dV of dO):
+        # chunks [c * dkv_cols / 64, (c + 1) * dkv_cols / 64)
+        own = set()
+        for ch in range(c * cfg.dkv_cols // 64, (c + 1) * cfg.dkv_cols // 64):
+            own.update(range(ch * cfg.chunk_bytes_q, (ch + 1) * cfg.chunk_bytes_q))
+        for t in range(128):
+            for u in range(2 * P):
+                which = "q" if u < P else "do"
+                byte = c * R + 1024 * (u % P) + 8 * t
+                if byte not in own or byte + 7 not in own:
+                    errs.append(f"hd256: c={c} t={t} u={u} writes outside its own {which} chunks")
+                for e in range(2):
+                    stages[which][byte // 4 + e] = regs[t, 2 * u + e]
+                    written[which][byte // 4 + e] += 1
+        for w in range(4):
+            for u in range(2 * P):
+                bytes_ = [c * R + 1024 * (u % P) + 8 * (32 * w + ln) for ln in range(32)]
+                if bytes_ != list(range(bytes_[0], bytes_[0] + 256, 8)):
+                    errs.append(f"hd256: warp {w} pair {u} of c={c} not 256 contiguous bytes")
+    for k in stages:
+        if (written[k] != 1).any():
+            errs.append(
+                f"hd256: {k} stage bytes written {written[k].min()}..{written[k].max()} times"
+            )
+    tile = np.zeros(BM * D)
+    for c in range(cfg.W):
+        base = 64 * cfg.dq_cols * c
+        tile[base : base + R // 4] += stages["q"][c * R // 4 : (c + 1) * R // 4]
+        tile[base + R // 4 : base + R // 2] += stages["do"][c * R // 4 : (c + 1) * R // 4]
+    ref = np.full(BM * D, np.nan)
+    for c in range(cfg.W):
+        regs = scatter_acc(dq[:, c * cfg.dq_cols : (c + 1) * cfg.dq_cols])
+        for t in range(128):
+            for k in range(cfg.dq_cols // 2):
+                ref[dq_frag_offset(cfg, c, t, k)] = regs[t, k]
+    if not np.array_equal(tile, ref):
+        errs.append("hd256: the bulk adds do not rebuild the fragment-order tile")
+    for row in range(BM):
+        for col in range(0, D, 8):
+            o = dq_accum_offset(cfg, row, col)
+            if not np.array_equal(tile[o : o + 8], dq[row, col : col + 8]):
+                errs.append(f"hd256: postprocess read of row {row} cols {col}..{col + 7}")
+    return errs[:10]
+
+
 def main():
     rng = np.random.default_rng(0)
     errs = []
@@ -573,7 +649,10 @@ def main():
         e3 = check_dq_tile(cfg)
         na = " (n/a)" if d == 256 else ""
         print(f"hd{d}: DqViaTma fragment-order dQ tile {'ok' if not e3 else 'FAIL'}" + na)
-        errs += e1 + e2 + e3
+        e5 = check_dq_ring(cfg)
+        if d == 256:
+            print(f"hd{d}: DqInRing dQ pieces in the Q/dO ring stages {'ok' if not e5 else 'FAIL'}")
+        errs += e1 + e2 + e3 + e5
     e4 = check_dq_order()
     verdict = "ok" if not e4 else "FAIL"
     print(f"deterministic dQ order (ranks, no deadlock, 1500 random shapes) {verdict}")

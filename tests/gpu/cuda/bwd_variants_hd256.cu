@@ -1,6 +1,6 @@
 // The standalone harness's extra backward kernel variants for head dim 256 (bf16 only; the library,
 // cuda/hopper/bwd_hd256.cu, builds bwd_default_variant(256) for bf16 and fp16). Not part of the pip build:
-// CMake globs cuda/hopper/*.cu only. Variant bits: 1 = PipelineScores, 2 = DqViaTma (bwd_config.cuh).
+// CMake globs cuda/hopper/*.cu only. Variant bits: 1 = PipelineScores, 2 = DqViaTma, 4 = DqInRing, 8 = Persistent (bwd_config.cuh).
 #include "hopper/bwd_kernel.cuh"
 
 namespace fa4::hopper {
@@ -20,6 +20,8 @@ std::string launch_bwd_hd256_variant(const BwdProblem& p, const BwdWorkspace& ws
   switch (variant) {
     case 0: return run<0>(p, ws, stream);
     case 1: return run<1>(p, ws, stream);
+    case 4: return run<4>(p, ws, stream);  // DqInRing (bwd v3)
+    case 12: return run<12>(p, ws, stream);  // 4 + Persistent, dQ in 2 pieces (bwd v3)
     default: return "hd256 has no variant " + std::to_string(variant) + " (no DqViaTma: shared memory)";
   }
 }

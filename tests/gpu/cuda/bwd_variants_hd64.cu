@@ -1,6 +1,6 @@
 // The standalone harness's extra backward kernel variants for head dim 64 (bf16 only; the library,
 // cuda/hopper/bwd_hd64.cu, builds bwd_default_variant(64) for bf16 and fp16). Not part of the pip build:
-// CMake globs cuda/hopper/*.cu only. Variant bits: 1 = PipelineScores, 2 = DqViaTma (bwd_config.cuh).
+// CMake globs cuda/hopper/*.cu only. Variant bits: 1 = PipelineScores, 2 = DqViaTma, 8 = Persistent (bwd_config.cuh).
 #include "hopper/bwd_kernel.cuh"
 
 namespace fa4::hopper {
@@ -22,6 +22,7 @@ std::string launch_bwd_hd64_variant(const BwdProblem& p, const BwdWorkspace& ws,
     case 1: return run<1>(p, ws, stream);
     case 2: return run<2>(p, ws, stream);
     case 3: return run<3>(p, ws, stream);
+    case 11: return run<11>(p, ws, stream);  // 3 + Persistent (bwd v3)
     default: return "hd64 has no variant " + std::to_string(variant);
   }
 }
