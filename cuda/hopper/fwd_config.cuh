@@ -6,8 +6,16 @@
 namespace fa4::hopper {
 
 // The shape parameters of one configuration, and everything derived from them.
+// WgSkip (causal only): each consumer warpgroup skips the key blocks that none of ITS 64 rows can
+// see (the tile's count comes from its last row) and masks only the blocks its own rows need; it
+// still passes the issue token and releases the skipped K/V stages, so the barrier sequence is
+// unchanged. Lpt (causal only): one linear grid in longest-first order over sections of (head,
+// batch) pairs sized so a section's K/V fits in L2 (FwdArgs::lpt_section), instead of
+// (m block, head, batch) with only the m blocks of one pair reversed. KWaitFirst: S = Q K^T
+// waits for all K sub-stages before its first wgmma (required by WgSkip, see issue_qk).
 template <int HeadDim, int ConsumerWarpgroups, int BlockN, int KvStages, int QkStages,
-          int ProducerRegs, int ConsumerRegs>
+          int ProducerRegs, int ConsumerRegs, bool WgSkip = false, bool Lpt = false,
+          bool KWaitFirst = WgSkip>
 struct FwdTile {
   // Rows of Q per consumer warpgroup: one wgmma m64 row block.
   static constexpr int rows_per_warpgroup() { return 64; }
@@ -19,6 +27,9 @@ struct FwdTile {
   static constexpr int qk_stages() { return QkStages; }
   static constexpr int producer_regs() { return ProducerRegs; }
   static constexpr int consumer_regs() { return ConsumerRegs; }
+  static constexpr bool wg_skip() { return WgSkip; }
+  static constexpr bool lpt() { return Lpt; }
+  static constexpr bool k_wait_first() { return KWaitFirst; }
   // One producer warpgroup (a single warp issues TMA; the rest only give registers back).
   static constexpr int threads() { return 128 * (1 + ConsumerWarpgroups); }
   // TMA boxes and 128B-swizzle atoms are 64 two-byte columns wide.
@@ -44,26 +55,50 @@ struct FwdTile {
                     ConsumerRegs % 8 == 0,
                 "register split must fit 64K registers per SM (in units of 128 threads)");
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
+  static_assert(KWaitFirst || !WgSkip, "WgSkip needs KWaitFirst (C7520: serialized wgmma otherwise)");
 };
 
-template <int HeadDim, bool Causal>
+// Kernel variants (fwd v4 candidates, NOTES.md). The library (fwd_hd*.cu) builds
+// fwd_default_variant(head_dim) for bf16 and fp16; the standalone harness also builds the others
+// (bf16 only, tests/gpu/cuda/fwd_variants_hd*.cu) and checks and times them side by side.
+//   hd64:  0 = 3 WG 192x128 (v2)   1 = 2 WG 128x128 (v1)   2 = 0 + WgSkip + Lpt   3 = 0 + WgSkip
+//          4 = 0 + Lpt   5 = 0 + KWaitFirst
+//   hd128: 0 = 128x176 / causal 128x128 (v2)   1 = 128x128 both   2 = 128x192 non-causal (causal
+//          as 0)   3 = 0 + Lpt   4 = 3 WG 192x80 (registers 24/160)   5 = 0 + KWaitFirst
+//   hd256: 0 = 128x80 (v2)   1 = 0 + WgSkip + Lpt   2 = 128x64   3 = 0 + KWaitFirst
+// (WgSkip and Lpt act under a causal mask only; without it those variants equal variant 0.)
+constexpr int fwd_default_variant(int /*head_dim*/) { return 0; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 256 ? 4 : 6; }
+
+template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
 
 // hd64: exp-bound (MUFU takes as long as the MMAs), so a third consumer warpgroup (FA3's 192-row
 // tile) gives the tensor cores another warpgroup's MMAs to run while two do their softmax.
 // O is only 32 registers per thread, so 160 per consumer is enough.
-template <bool Causal>
-struct FwdConfig<64, Causal>
-    : FwdTile</*HeadDim=*/64, /*ConsumerWarpgroups=*/3, /*BlockN=*/128, /*KvStages=*/2,
-              /*QkStages=*/1, /*ProducerRegs=*/32, /*ConsumerRegs=*/160> {};
+template <bool Causal, int V>
+struct FwdConfig<64, Causal, V>
+    : FwdTile</*HeadDim=*/64, /*ConsumerWarpgroups=*/V == 1 ? 2 : 3, /*BlockN=*/128, /*KvStages=*/2,
+              /*QkStages=*/1, /*ProducerRegs=*/V == 1 ? 24 : 32, /*ConsumerRegs=*/V == 1 ? 240 : 160,
+              /*WgSkip=*/V == 2 || V == 3, /*Lpt=*/V == 2 || V == 4, /*KWaitFirst=*/V == 2 || V == 3 || V == 5> {
+  static_assert(V >= 0 && V <= 5, "hd64 variants are 0..5");
+};
 
 // hd128: FA3's tiles, 128x128 causal and a longer 128x176 K tile without the mask.
-template <bool Causal>
-struct FwdConfig<128, Causal>
-    : FwdTile<128, 2, Causal ? 128 : 176, 2, /*QkStages=*/2, 24, 240> {};
+template <bool Causal, int V>
+struct FwdConfig<128, Causal, V>
+    : FwdTile<128, V == 4 ? 3 : 2,
+              V == 4 ? 80 : (Causal || V == 1) ? 128 : V == 2 ? 192 : 176, 2, /*QkStages=*/2,
+              24, V == 4 ? 160 : 240, /*WgSkip=*/false, /*Lpt=*/V == 3, /*KWaitFirst=*/V == 5> {
+  static_assert(V >= 0 && V <= 5, "hd128 variants are 0..5");
+};
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).
-template <bool Causal>
-struct FwdConfig<256, Causal> : FwdTile<256, 2, 80, 2, /*QkStages=*/2, 24, 240> {};
+template <bool Causal, int V>
+struct FwdConfig<256, Causal, V>
+    : FwdTile<256, 2, V == 2 ? 64 : 80, 2, /*QkStages=*/2, 24, 240, /*WgSkip=*/V == 1, /*Lpt=*/V == 1,
+              /*KWaitFirst=*/V == 1 || V == 3> {
+  static_assert(V >= 0 && V <= 3, "hd256 variants are 0..3");
+};
 
 }  // namespace fa4::hopper

@@ -15,6 +15,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <string>
 
@@ -37,6 +39,13 @@ struct FwdArgs {
   int group;           // heads_q / heads_kv: q head h reads kv head h / group
   float scale_log2;    // softmax_scale * log2(e), folded into the exp2 FMA
   float softmax_scale;
+  // Lpt variants (fwd_config.cuh) under a causal mask: the grid is linear when lpt_section > 0:
+  // tile t is in section t / (lpt_section * m_blocks) of lpt_section (head, batch) pairs (the last
+  // section possibly shorter); inside a section the m block (longest first), then the pair.
+  // lpt_section == 0: the (m block, head, batch) grid.
+  int lpt_section;
+  int m_blocks;
+  int batch;
 };
 
 template <class T> struct WgmmaTag;
@@ -66,10 +75,18 @@ __device__ __forceinline__ void issue_qk(float (&s)[Cfg::block_n() / 2], const u
   using Tag = typename WgmmaTag<T>::type;
   constexpr int kSteps = Cfg::head_dim() / 16;
   constexpr int kStepsPerSub = kSteps / Cfg::qk_stages();
+  // KWaitFirst: wait for every K sub-stage before the fence (no wait loop between wgmmas, so no
+  // warpgroup.arrive injected by ptxas, C7519; the WgSkip variants need it: there the injected
+  // arrive landed on a divergent path and ptxas serialized every wgmma of the kernel, C7520).
+  // Otherwise v2's order: sub-stage j's wait just before its k-steps.
+  if constexpr (Cfg::k_wait_first()) {
+#pragma unroll
+    for (int j = 0; j < Cfg::qk_stages(); ++j) k.wait(j);
+  }
   wgmma_fence();
 #pragma unroll
   for (int j = 0; j < Cfg::qk_stages(); ++j) {
-    k.wait(j);
+    if constexpr (!Cfg::k_wait_first()) k.wait(j);
 #pragma unroll
     for (int kk = j * kStepsPerSub; kk < (j + 1) * kStepsPerSub; ++kk) {
       const int chunk = kk / 4;
@@ -131,10 +148,38 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
   // The last warpgroup hands the first issue token to warpgroup 0.
   if (c == W - 1) named_barrier_arrive(kBarSched, kSchedThreads);
 
+  // WgSkip: key blocks [n_mine, n_blocks) are invisible to all of this warpgroup's rows (n_mine is
+  // never below the tile's count for the warpgroup holding the tile's last valid row, so every K/V
+  // stage is still waited on by someone before the producer may refill it); mask_m0 = this
+  // warpgroup's first row, which makes block_needs_mask exact for it.
+  constexpr bool kSkip = Cfg::wg_skip() && Causal;
+  const int mask_m0 = kSkip ? m0 + c * 64 : m0;
+  const int n_mine = kSkip ? mask.n_blocks(m0 + c * 64, 64, N) : n_blocks;
+
   if (n_blocks > 0) {
-    const uint8_t* q_tile = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk
+    // Also on the skip-everything path: the epilogue writes O over this warpgroup's Q rows.
     mbarrier_wait(q_full, 0);
-    int n = n_blocks - 1;
+  }
+  if constexpr (kSkip) {
+    // Skipped blocks: the same token hand-over and stage releases as a computed block (the
+    // issue-token ring and the ring phases stay in step), no MMA, no wait on a full barrier.
+    // Iteration n of the main loop releases K(n) and V(n + 1). S = -inf would give P = 0 and
+    // leave O, the max and the sum as they are, so skipping is exact.
+    for (int n = n_blocks - 1; n >= n_mine; --n) {
+      named_barrier_sync(sched_mine, kSchedThreads);
+      named_barrier_arrive(sched_next, kSchedThreads);
+      k.release(elected);
+      k.advance();
+      if (n + 1 < n_blocks) {
+        v.release(elected);
+        v.advance();
+      }
+    }
+  }
+
+  if (n_mine > 0) {
+    const uint8_t* q_tile = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk
+    int n = n_mine - 1;
 
     named_barrier_sync(sched_mine, kSchedThreads);
     issue_qk<T, Cfg>(s, q_tile, k);
@@ -143,7 +188,16 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
     fence_regs(s);
     k.release(elected);
     k.advance();
-    if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
+    if (kSkip && n_mine < n_blocks) {
+      // V(n_mine), whose PV this iteration would have issued, is released in this iteration's
+      // body as in the unskipped schedule: released before this iteration's barrier, it could
+      // complete a stage's empty phase a lap early (another warpgroup may still be reading
+      // V(n_mine + 2) in the same stage; tests/gpu/cuda/fwd_protocol_model.py). With n_mine == 0 it
+      // is never released: V(0) is the producer's last load, no one waits for that stage again.
+      v.release(elected);
+      v.advance();
+    }
+    if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
     softmax.update(s, args.scale_log2, o_scale);
 #pragma unroll
     for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
@@ -157,7 +211,7 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
       fence_regs(s);
       k.release(elected);
       k.advance();
-      if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
+      if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
       softmax.update(s, args.scale_log2, o_scale);
       wgmma_wait<0>();
       fence_regs(o);
@@ -238,10 +292,23 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   auto* v_bars = reinterpret_cast<typename VCons::Staged::Barriers*>(k_bars + 1);
 
   // Causal: the last query blocks see the most keys; start them first.
-  const int m_block = Causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  int m_block, head, batch;
+  if (Cfg::lpt() && Causal && args.lpt_section > 0) {
+    const int pairs = args.heads_q * args.batch;
+    const int per_section = args.lpt_section * args.m_blocks;
+    const int section = int(blockIdx.x) / per_section;
+    const int within = int(blockIdx.x) - section * per_section;
+    const int in_section = min(args.lpt_section, pairs - section * args.lpt_section);
+    const int pair = section * args.lpt_section + within % in_section;
+    m_block = args.m_blocks - 1 - within / in_section;
+    head = pair % args.heads_q;
+    batch = pair / args.heads_q;
+  } else {
+    m_block = Causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+    head = blockIdx.y;
+    batch = blockIdx.z;
+  }
   const int m0 = m_block * Cfg::block_m();
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z;
   const AttentionMask<Causal> mask{args.seq_q, args.seq_k};
   const int n_blocks = mask.n_blocks(m0, Cfg::block_m(), Cfg::block_n());
   const int wg = threadIdx.x / 128;
@@ -305,15 +372,35 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream) {
   args.group = int(p.heads_q / p.heads_kv);
   args.softmax_scale = p.softmax_scale;
   args.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  const int64_t m_blocks = (p.seq_q + Cfg::block_m() - 1) / Cfg::block_m();
+  args.m_blocks = int(m_blocks);
+  args.batch = int(p.batch);
+  args.lpt_section = 0;
+  dim3 grid(unsigned(m_blocks), unsigned(p.heads_q), unsigned(p.batch));
+  if (Cfg::lpt() && Causal && m_blocks * p.heads_q * p.batch <= INT_MAX) {
+    // Sections of (head, batch) pairs whose K and V (of their kv heads) fill about 32 MB of the
+    // 50 MB L2, at least one pair.
+    const int64_t kv_bytes_per_pair = std::max<int64_t>(1, p.seq_k * p.head_dim * 2 * 2 / (p.heads_q / p.heads_kv));
+    const int64_t pairs = p.heads_q * p.batch;
+    args.lpt_section = int(std::min<int64_t>(pairs, std::max<int64_t>(1, (int64_t(32) << 20) / kv_bytes_per_pair)));
+    grid = dim3(unsigned(m_blocks * pairs), 1, 1);
+  }
 
   auto kernel = fwd_kernel<T, Cfg, Causal>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
   if (e != cudaSuccess) return std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e);
-  const dim3 grid(unsigned((p.seq_q + Cfg::block_m() - 1) / Cfg::block_m()), unsigned(p.heads_q), unsigned(p.batch));
   kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, to, args);
   e = cudaGetLastError();
   if (e != cudaSuccess) return std::string("forward kernel launch failed: ") + cudaGetErrorString(e);
   return {};
+}
+
+// bf16 only: the standalone harness's other variants (tests/gpu/cuda/fwd_variants_hd*.cu).
+template <int HeadDim, int Variant>
+std::string launch_fwd_head_dim_bf16(const FwdProblem& p, cudaStream_t stream) {
+  if (p.dtype != FwdDtype::kBf16) return "forward variant " + std::to_string(Variant) + " is built for bf16 only";
+  return p.causal ? launch_fwd_kernel<__nv_bfloat16, FwdConfig<HeadDim, true, Variant>, true>(p, stream)
+                  : launch_fwd_kernel<__nv_bfloat16, FwdConfig<HeadDim, false, Variant>, false>(p, stream);
 }
 
 template <int HeadDim>
