@@ -58,6 +58,29 @@ struct FwdTile {
   static_assert(KWaitFirst || !WgSkip, "WgSkip needs KWaitFirst (C7520: serialized wgmma otherwise)");
 };
 
+#if defined(__CUDACC__)
+#define FA4_FWD_HOST_DEVICE __host__ __device__
+#else
+#define FA4_FWD_HOST_DEVICE
+#endif
+
+// Lpt grid order (causal): tile t of the linear grid -> (m block, head, batch). Sections of
+// `section` (head, batch) pairs, pair = batch * heads + head, the last section possibly shorter;
+// inside a section all pairs' last (longest) m block first, then the next one down. A bijection
+// of [0, m_blocks * heads * batch) (the standalone harness checks it on the host).
+struct FwdTileCoord {
+  int m_block, head, batch;
+};
+FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int heads, int batch, int section) {
+  const int pairs = heads * batch;
+  const int per_section = section * m_blocks;
+  const int sec = t / per_section;
+  const int within = t - sec * per_section;
+  const int in_section = pairs - sec * section < section ? pairs - sec * section : section;
+  const int pair = sec * section + within % in_section;
+  return {m_blocks - 1 - within / in_section, pair % heads, pair / heads};
+}
+
 // Kernel variants (fwd v4 candidates, NOTES.md). The library (fwd_hd*.cu) builds
 // fwd_default_variant(head_dim) for bf16 and fp16; the standalone harness also builds the others
 // (bf16 only, tests/gpu/cuda/fwd_variants_hd*.cu) and checks and times them side by side.

@@ -294,15 +294,10 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   // Causal: the last query blocks see the most keys; start them first.
   int m_block, head, batch;
   if (Cfg::lpt() && Causal && args.lpt_section > 0) {
-    const int pairs = args.heads_q * args.batch;
-    const int per_section = args.lpt_section * args.m_blocks;
-    const int section = int(blockIdx.x) / per_section;
-    const int within = int(blockIdx.x) - section * per_section;
-    const int in_section = min(args.lpt_section, pairs - section * args.lpt_section);
-    const int pair = section * args.lpt_section + within % in_section;
-    m_block = args.m_blocks - 1 - within / in_section;
-    head = pair % args.heads_q;
-    batch = pair / args.heads_q;
+    const FwdTileCoord tc = lpt_tile_coord(int(blockIdx.x), args.m_blocks, args.heads_q, args.batch, args.lpt_section);
+    m_block = tc.m_block;
+    head = tc.head;
+    batch = tc.batch;
   } else {
     m_block = Causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
     head = blockIdx.y;

@@ -246,6 +246,36 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
   }
 }
 
+// The Lpt grid order (fwd_config.cuh lpt_tile_coord) must visit every (m block, head, batch) once,
+// and inside a section never a shorter m block before a longer one. Host only; returns failures.
+static int check_lpt_order() {
+  int bad = 0;
+  for (int m_blocks : {1, 2, 11, 16, 128})
+    for (int heads : {1, 3, 16, 32})
+      for (int batch : {1, 2, 8})
+        for (int section : {1, 2, 3, 5, 16, 64, 256}) {
+          if (section > heads * batch) continue;
+          const int total = m_blocks * heads * batch;
+          std::vector<int> seen(total, 0);
+          int prev_sec = -1, prev_m = 0;
+          for (int t = 0; t < total; ++t) {
+            const auto c = fa4::hopper::lpt_tile_coord(t, m_blocks, heads, batch, section);
+            const bool in_range = c.m_block >= 0 && c.m_block < m_blocks && c.head >= 0 && c.head < heads &&
+                                  c.batch >= 0 && c.batch < batch;
+            if (!in_range) { ++bad; continue; }
+            seen[(c.batch * heads + c.head) * m_blocks + c.m_block]++;
+            const int sec = (c.batch * heads + c.head) / section;
+            if (sec == prev_sec && c.m_block > prev_m) ++bad;  // longer after shorter inside a section
+            if (sec < prev_sec) ++bad;                            // sections in order
+            prev_sec = sec;
+            prev_m = c.m_block;
+          }
+          for (int x : seen) bad += x != 1;
+        }
+  std::printf("Lpt grid order: %s\n", bad ? "FAILED" : "every tile once, longest first inside each section");
+  return bad;
+}
+
 static std::vector<int> parse_list(const char* t) {  // "2048,4096" -> {2048, 4096}
   std::vector<int> out;
   for (; *t; t = std::strchr(t, ',') ? std::strchr(t, ',') + 1 : t + std::strlen(t)) out.push_back(std::atoi(t));
@@ -272,7 +302,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::vector<int> dims = only_d.empty() ? std::vector<int>{64, 128, 256} : only_d;
-  int failures = 0, total = 0;
+  int failures = check_lpt_order() != 0, total = 0;
   double worst = 0;
   if (do_check) {
     // b, sq, sk, hq, hkv. sk = -1: long keys so that the Lpt variants' (head, batch) sections are
