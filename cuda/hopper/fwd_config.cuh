@@ -13,9 +13,13 @@ namespace fa4::hopper {
 // batch) pairs sized so a section's K/V fits in L2 (FwdArgs::lpt_section), instead of
 // (m block, head, batch) with only the m blocks of one pair reversed. KWaitFirst: S = Q K^T
 // waits for all K sub-stages before its first wgmma (required by WgSkip, see issue_qk).
+// Persist (without a causal mask only; the causal instantiation is the ordinary kernel): one CTA
+// per SM looping over the tiles (static stride: every tile has the same length without a mask),
+// O staged in its own shared buffer so the next tile's Q load (behind a Q-empty barrier) and K/V
+// loads overlap this tile's last PV and epilogue (fwd_kernel_persistent).
 template <int HeadDim, int ConsumerWarpgroups, int BlockN, int KvStages, int QkStages,
           int ProducerRegs, int ConsumerRegs, bool WgSkip = false, bool Lpt = false,
-          bool KWaitFirst = WgSkip>
+          bool KWaitFirst = WgSkip, bool Persist = false>
 struct FwdTile {
   // Rows of Q per consumer warpgroup: one wgmma m64 row block.
   static constexpr int rows_per_warpgroup() { return 64; }
@@ -30,6 +34,7 @@ struct FwdTile {
   static constexpr bool wg_skip() { return WgSkip; }
   static constexpr bool lpt() { return Lpt; }
   static constexpr bool k_wait_first() { return KWaitFirst; }
+  static constexpr bool persist() { return Persist; }
   // One producer warpgroup (a single warp issues TMA; the rest only give registers back).
   static constexpr int threads() { return 128 * (1 + ConsumerWarpgroups); }
   // TMA boxes and 128B-swizzle atoms are 64 two-byte columns wide.
@@ -43,8 +48,13 @@ struct FwdTile {
   static constexpr uint32_t q_offset() { return 0; }
   static constexpr uint32_t k_offset() { return q_bytes(); }
   static constexpr uint32_t v_offset() { return k_offset() + KvStages * kv_tile_bytes(); }
-  static constexpr uint32_t barrier_offset() { return v_offset() + KvStages * kv_tile_bytes(); }
-  static constexpr uint32_t barrier_bytes() { return 8 * (1 + KvStages * (QkStages + 1) + 2 * KvStages); }
+  // Persist: O's staging buffer (laid out like Q), then one more barrier (Q-empty).
+  static constexpr uint32_t o_offset() { return v_offset() + KvStages * kv_tile_bytes(); }
+  static constexpr uint32_t o_bytes() { return Persist ? q_bytes() : 0; }
+  static constexpr uint32_t barrier_offset() { return o_offset() + o_bytes(); }
+  static constexpr uint32_t barrier_bytes() {
+    return 8 * (1 + KvStages * (QkStages + 1) + 2 * KvStages + (Persist ? 1 : 0));
+  }
   // +1024: the dynamic smem base is only 16-byte aligned, swizzle atoms need 1024.
   static constexpr uint32_t smem_bytes() { return barrier_offset() + barrier_bytes() + 1024; }
 
@@ -85,13 +95,15 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 // fwd_default_variant(head_dim) for bf16 and fp16; the standalone harness also builds the others
 // (bf16 only, tests/gpu/cuda/fwd_variants_hd*.cu) and checks and times them side by side.
 //   hd64:  0 = 3 WG 192x128 (v2)   1 = 2 WG 128x128 (v1)   2 = 0 + WgSkip + Lpt   3 = 0 + WgSkip
-//          4 = 0 + Lpt   5 = 0 + KWaitFirst
+//          4 = 0 + Lpt   5 = 0 + KWaitFirst   6 = 0 + Persist (non-causal)
 //   hd128: 0 = 128x176 / causal 128x128 (v2)   1 = 128x128 both   2 = 128x192 non-causal (causal
 //          as 0)   3 = 0 + Lpt   4 = 3 WG 192x80 (registers 24/160)   5 = 0 + KWaitFirst
+//          6 = 128x128 + Persist (non-causal; causal as 0)
 //   hd256: 0 = 128x80 (v2)   1 = 0 + WgSkip + Lpt   2 = 128x64   3 = 0 + KWaitFirst
-// (WgSkip and Lpt act under a causal mask only; without it those variants equal variant 0.)
+// (WgSkip and Lpt act under a causal mask only, Persist without one; otherwise those variants
+// are variant 0's kernel.)
 constexpr int fwd_default_variant(int /*head_dim*/) { return 0; }
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 256 ? 4 : 6; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 256 ? 4 : 7; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -103,17 +115,19 @@ template <bool Causal, int V>
 struct FwdConfig<64, Causal, V>
     : FwdTile</*HeadDim=*/64, /*ConsumerWarpgroups=*/V == 1 ? 2 : 3, /*BlockN=*/128, /*KvStages=*/2,
               /*QkStages=*/1, /*ProducerRegs=*/V == 1 ? 24 : 32, /*ConsumerRegs=*/V == 1 ? 240 : 160,
-              /*WgSkip=*/V == 2 || V == 3, /*Lpt=*/V == 2 || V == 4, /*KWaitFirst=*/V == 2 || V == 3 || V == 5> {
-  static_assert(V >= 0 && V <= 5, "hd64 variants are 0..5");
+              /*WgSkip=*/V == 2 || V == 3, /*Lpt=*/V == 2 || V == 4, /*KWaitFirst=*/V == 2 || V == 3 || V == 5,
+              /*Persist=*/V == 6 && !Causal> {
+  static_assert(V >= 0 && V <= 6, "hd64 variants are 0..6");
 };
 
 // hd128: FA3's tiles, 128x128 causal and a longer 128x176 K tile without the mask.
 template <bool Causal, int V>
 struct FwdConfig<128, Causal, V>
     : FwdTile<128, V == 4 ? 3 : 2,
-              V == 4 ? 80 : (Causal || V == 1) ? 128 : V == 2 ? 192 : 176, 2, /*QkStages=*/2,
-              24, V == 4 ? 160 : 240, /*WgSkip=*/false, /*Lpt=*/V == 3, /*KWaitFirst=*/V == 5> {
-  static_assert(V >= 0 && V <= 5, "hd128 variants are 0..5");
+              V == 4 ? 80 : (Causal || V == 1 || V == 6) ? 128 : V == 2 ? 192 : 176, 2, /*QkStages=*/2,
+              24, V == 4 ? 160 : 240, /*WgSkip=*/false, /*Lpt=*/V == 3, /*KWaitFirst=*/V == 5,
+              /*Persist=*/V == 6 && !Causal> {
+  static_assert(V >= 0 && V <= 6, "hd128 variants are 0..6");
 };
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).

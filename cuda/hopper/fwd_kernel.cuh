@@ -347,6 +347,228 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   }
 }
 
+// Persist variants (no causal mask): one CTA per SM loops over tiles t = blockIdx.x + k * gridDim.x
+// (tile t: m block t % m_blocks of (head, batch) pair t / m_blocks; without a mask every tile
+// runs the same n_blocks, so the static stride is balanced). The K/V rings, the issue-token ring
+// and the Q barriers run on across tiles:
+//   q_full   (1 arrival + Q's bytes) phase k = tile k's Q landed; consumers wait with parity k % 2.
+//   q_empty  (one arrival per consumer warpgroup, after its last S = Q K^T of a tile retired) phase
+//            k = tile k's Q no longer read; the producer waits for it before loading tile k + 1's Q,
+//            having already queued tile k + 1's first K. No phase can be skipped: Q(k + 1) needs
+//            every warpgroup's tile-k arrival, which comes after that warpgroup's tile-k q_full wait.
+//   O        staged in its own buffer (sO, Q's layout), one TMA store per warpgroup and chunk; a
+//            warpgroup's elected thread waits for its previous store to have read sO
+//            (bulk wait_group.read) before the warpgroup rewrites its rows (epilogue barrier).
+// So the next tile's Q and first K/V load while this tile's last PV, normalisation and store run.
+template <class T, class Cfg>
+__device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint8_t* sO, uint64_t* q_full, uint64_t* q_empty,
+                                                        uint8_t* sK, uint8_t* sV,
+                                                        typename TmaConsumerPipeline<T, Cfg, true>::Staged::Barriers* k_bars,
+                                                        typename TmaConsumerPipeline<T, Cfg, false>::Staged::Barriers* v_bars,
+                                                        const CUtensorMap* tm_o, const FwdArgs& args, int n_blocks,
+                                                        int num_tiles) {
+  constexpr int N = Cfg::block_n();
+  constexpr int D = Cfg::head_dim();
+  constexpr int W = Cfg::consumer_warpgroups();
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const bool elected = tid == 0;
+  const int row_in_wg = warp * 16 + lane / 4;  // this thread's first row; its second is +8
+  const uint32_t sched_mine = kBarSched + c;
+  const uint32_t sched_next = kBarSched + (c + 1) % W;
+  constexpr uint32_t kSchedThreads = 256;
+  const AttentionMask<false> mask{args.seq_q, args.seq_k};
+  const uint8_t* q_tile = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk
+
+  TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
+  TmaConsumerPipeline<T, Cfg, false> v(v_bars, sV);
+  uint32_t q_phase = 0;
+
+  if (c == W - 1) named_barrier_arrive(kBarSched, kSchedThreads);
+
+  for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+    const int m0 = (t % args.m_blocks) * Cfg::block_m();
+    const int pair = t / args.m_blocks;
+    const int head = pair % args.heads_q;
+    const int batch = pair / args.heads_q;
+    const int row0 = m0 + c * 64 + row_in_wg;
+
+    OnlineSoftmax<N / 2> softmax;
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    float s[N / 2];
+    uint32_t p[N / 4];
+    float o_scale[2];
+
+    if (n_blocks > 0) {
+      mbarrier_wait(q_full, q_phase);
+      q_phase ^= 1;
+      int n = n_blocks - 1;
+
+      named_barrier_sync(sched_mine, kSchedThreads);
+      issue_qk<T, Cfg>(s, q_tile, k);
+      named_barrier_arrive(sched_next, kSchedThreads);
+      wgmma_wait<0>();
+      fence_regs(s);
+      k.release(elected);
+      k.advance();
+      if (n == 0 && elected) mbarrier_arrive(q_empty);  // this warpgroup's last read of Q retired
+      if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
+      softmax.update(s, args.scale_log2, o_scale);
+#pragma unroll
+      for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+
+      for (--n; n >= 0; --n) {
+        named_barrier_sync(sched_mine, kSchedThreads);
+        issue_qk<T, Cfg>(s, q_tile, k);
+        issue_pv<T, Cfg>(o, p, v);
+        named_barrier_arrive(sched_next, kSchedThreads);
+        wgmma_wait<1>();  // S done (groups retire in order), PV may still run
+        fence_regs(s);
+        k.release(elected);
+        k.advance();
+        if (n == 0 && elected) mbarrier_arrive(q_empty);
+        if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
+        softmax.update(s, args.scale_log2, o_scale);
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_regs(p);
+        v.release(elected);
+        v.advance();
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+          o[4 * j + 0] *= o_scale[0];
+          o[4 * j + 1] *= o_scale[0];
+          o[4 * j + 2] *= o_scale[1];
+          o[4 * j + 3] *= o_scale[1];
+        }
+#pragma unroll
+        for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+      }
+      issue_pv<T, Cfg>(o, p, v);
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(p);
+      v.release(elected);
+      v.advance();
+    }
+
+    // Epilogue through sO: the previous tile's store must have read this warpgroup's rows first.
+    float lse[2];
+    softmax.finalize(args.softmax_scale, o_scale, lse);
+    if (elected) tma_store_wait_read_all();
+    named_barrier_sync(kBarEpilogue + c, 128);
+    const int tile_row0 = c * 64 + row_in_wg;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const int col = 8 * j + 2 * (lane & 3);
+      const int chunk = col / 64;
+      const int cc = col % 64;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = tile_row0 + 8 * i;
+        const uint32_t off = chunk * Cfg::chunk_bytes_q() + r * 128 + (((cc / 8) ^ (r % 8)) * 16) + (cc % 8) * 2;
+        *reinterpret_cast<uint32_t*>(sO + off) = pack2<T>(o[4 * j + 2 * i] * o_scale[i], o[4 * j + 2 * i + 1] * o_scale[i]);
+      }
+    }
+    fence_proxy_async_smem();
+    named_barrier_sync(kBarEpilogue + c, 128);
+    if (elected && m0 + c * 64 < args.seq_q) {
+#pragma unroll
+      for (int chunk = 0; chunk < Cfg::chunks(); ++chunk) {
+        tma_store_4d(tm_o, sO + chunk * Cfg::chunk_bytes_q() + c * 64 * 128, chunk * 64, m0 + c * 64, head, batch);
+      }
+      tma_store_commit();
+    }
+    if ((lane & 3) == 0) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int row = row0 + 8 * i;
+        if (row < args.seq_q) args.lse[(int64_t(batch) * args.heads_q + head) * args.seq_q + row] = lse[i];
+      }
+    }
+  }
+  if (elected) tma_store_wait_read_all();  // shared memory must outlive the stores' reads
+  if (c == 0) named_barrier_sync(kBarSched, kSchedThreads);
+}
+
+template <class T, class Cfg>
+__global__ void __launch_bounds__(Cfg::threads(), 1)
+    fwd_kernel_persistent(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                          const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
+                          const FwdArgs args) {
+  static_assert(Cfg::persist(), "persistent kernel needs the Persist layout (O buffer, Q-empty barrier)");
+  using KCons = TmaConsumerPipeline<T, Cfg, true>;
+  using VCons = TmaConsumerPipeline<T, Cfg, false>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint8_t* sQ = smem + Cfg::q_offset();
+  uint8_t* sK = smem + Cfg::k_offset();
+  uint8_t* sV = smem + Cfg::v_offset();
+  uint8_t* sO = smem + Cfg::o_offset();
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
+  auto* k_bars = reinterpret_cast<typename KCons::Staged::Barriers*>(q_full + 1);
+  auto* v_bars = reinterpret_cast<typename VCons::Staged::Barriers*>(k_bars + 1);
+  uint64_t* q_empty = reinterpret_cast<uint64_t*>(v_bars + 1);
+  const AttentionMask<false> mask{args.seq_q, args.seq_k};
+  const int n_blocks = mask.n_blocks(0, Cfg::block_m(), Cfg::block_n());  // every tile's, no mask
+  const int num_tiles = args.m_blocks * args.heads_q * args.batch;
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_map(&tm_q);
+    tma_prefetch_map(&tm_k);
+    tma_prefetch_map(&tm_v);
+    tma_prefetch_map(&tm_o);
+    mbarrier_init(q_full, 1);
+    mbarrier_init(q_empty, Cfg::consumer_warpgroups());
+    KCons::Staged::init(k_bars, Cfg::consumer_warpgroups());
+    VCons::Staged::init(v_bars, Cfg::consumer_warpgroups());
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    setmaxnreg_dec<Cfg::producer_regs()>();
+    if (threadIdx.x == 0 && n_blocks > 0) {
+      constexpr int N = Cfg::block_n();
+      TmaProducerPipeline<T, Cfg, true> k(k_bars, sK);
+      TmaProducerPipeline<T, Cfg, false> v(v_bars, sV);
+      uint32_t q_phase = 0;
+      for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+        const int m0 = (t % args.m_blocks) * Cfg::block_m();
+        const int pair = t / args.m_blocks;
+        const int head = pair % args.heads_q;
+        const int batch = pair / args.heads_q;
+        const int kv_head = head / args.group;
+        int n = n_blocks - 1;
+        // The first K may land while the consumers still read the previous tile's Q ...
+        k.load(&tm_k, n * N, kv_head, batch);
+        // ... Q only once every consumer warpgroup's last S of the previous tile retired (a fresh
+        // barrier passes parity 1 at once, as the rings' empty barriers).
+        mbarrier_wait(q_empty, q_phase ^ 1);
+        q_phase ^= 1;
+        mbarrier_arrive_expect_tx(q_full, Cfg::q_bytes());
+#pragma unroll
+        for (int c = 0; c < Cfg::chunks(); ++c) {
+          tma_load_4d(sQ + c * Cfg::chunk_bytes_q(), &tm_q, q_full, c * 64, m0, head, batch);
+        }
+        for (; n > 0; --n) {
+          k.load(&tm_k, (n - 1) * N, kv_head, batch);
+          v.load(&tm_v, n * N, kv_head, batch);
+        }
+        v.load(&tm_v, 0, kv_head, batch);
+      }
+    }
+  } else {
+    setmaxnreg_inc<Cfg::consumer_regs()>();
+    fwd_consumer_persistent<T, Cfg>(wg - 1, sQ, sO, q_full, q_empty, sK, sV, k_bars, v_bars, &tm_o, args, n_blocks,
+                                    num_tiles);
+  }
+}
+
 // Builds the tensor maps and launches one instantiation.
 template <class T, class Cfg, bool Causal>
 std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream) {
@@ -381,7 +603,24 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream) {
     grid = dim3(unsigned(m_blocks * pairs), 1, 1);
   }
 
-  auto kernel = fwd_kernel<T, Cfg, Causal>;
+  auto kernel = [] {
+    if constexpr (Cfg::persist() && !Causal) {
+      return fwd_kernel_persistent<T, Cfg>;
+    } else {
+      return fwd_kernel<T, Cfg, Causal>;
+    }
+  }();
+  if constexpr (Cfg::persist() && !Causal) {
+    const int64_t tiles = m_blocks * p.heads_q * p.batch;
+    if (tiles > INT_MAX) return "too many query tiles (" + std::to_string(tiles) + ") for the persistent kernel";
+    int dev = 0, sms = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return std::string("device query: ") + cudaGetErrorString(e);
+    int64_t ctas = std::min<int64_t>(tiles, sms);
+    if (p.max_ctas > 0) ctas = std::min<int64_t>(ctas, p.max_ctas);
+    grid = dim3(unsigned(ctas), 1, 1);
+  }
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
   if (e != cudaSuccess) return std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e);
   kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, to, args);

@@ -21,6 +21,9 @@ struct FwdProblem {
   FwdDtype dtype;
   float softmax_scale;
   bool causal;
+  // Persistent kernel variants only (fwd_config.cuh Persist; the standalone harness): at most this
+  // many CTAs instead of one per SM, so that small test problems run many tiles per CTA. 0: off.
+  int max_ctas = 0;
 };
 
 // Validates the problem and enqueues the kernel on `stream`. Returns an empty string on success,

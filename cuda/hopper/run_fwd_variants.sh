@@ -6,7 +6,8 @@
 # stage under `timeout`; on a hang or a CUDA fault the variants of that head dim are rerun one by
 # one to name the culprit), then kernel-only TFLOP/s of every variant at seq 2048, 4096 and 16384
 # on the FA3 grid, causal and not, and a table of each variant relative to variant 0 (shipped).
-# No pip install, no pytest, no JAX. Target: < 3 minutes; worst case (every stage timing out) ~9.
+# No pip install, no pytest, no JAX. Target: < 3 minutes (build ~30 s, checks ~30-60 s, timings
+# ~30 s); worst case (every stage timing out, one head dim's variants isolated) ~9 minutes.
 # Output: $OUT/summary.txt (everything that matters) and $OUT/logs.tgz (full logs).
 set -o pipefail
 OUT=${OUT:-/tmp/fwd_var_out}
@@ -16,7 +17,8 @@ T0=$SECONDS
 S="$OUT/summary.txt"
 : > "$S"
 stamp() { echo "[$((SECONDS - T0))s] $*" | tee -a "$S"; }
-variants_of() { [ "$1" = 256 ] && echo "0 1 2 3" || echo "0 1 2 3 4 5"; }
+variants_of() { [ "$1" = 256 ] && echo "0 1 2 3" || echo "0 1 2 3 4 5 6"; }
+PERSIST_VARIANT=6  # hd64 and hd128: the persistent kernel (non-causal)
 
 NVCC_FLAGS="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo -Icuda"
 SRCS="cuda/hopper/fwd_hd64.cu cuda/hopper/fwd_hd128.cu cuda/hopper/fwd_hd256.cu cuda/hopper/fwd_launch.cu
@@ -38,7 +40,8 @@ stamp "built"
   for f in $LOG/fwd_hd*.log $LOG/fwd_variants_hd*.log; do
     grep -E "Compiling entry|Used|spill" "$f" | sed 's/ptxas info    : //' |
       awk '/Compiling entry/ {name=$0; next} /spill/ {sp=$0; next} /Used/ {if (name ~ /fwd_kernel/) print name " | " $0 " | " sp}' |
-      sed -E 's/.*fwd_kernelI(13__nv_bfloat16|6__half)NS0_9FwdConfigILi([0-9]+)ELb([01])ELi([0-9])EEELb[01].*\|(.*)\|(.*)/hd\2 \1 causal\3 V\4 |\5|\6/'
+      sed -E 's/.*fwd_kernelI(13__nv_bfloat16|6__half)NS0_9FwdConfigILi([0-9]+)ELb([01])ELi([0-9])EEELb[01].*\|(.*)\|(.*)/hd\2 \1 causal\3 V\4 |\5|\6/;
+              s/.*fwd_kernel_persistentI(13__nv_bfloat16|6__half)NS0_9FwdConfigILi([0-9]+)ELb([01])ELi([0-9])EEEEE.*\|(.*)\|(.*)/hd\2 \1 causal\3 V\4 persistent |\5|\6/'
   done | sort -u
   echo "nonzero spill lines: $(cat $LOG/*.log | grep -cE "[1-9][0-9]* bytes spill")"
   echo "C75xx notes other than C7519: $(grep -h C75 $LOG/*.log | grep -vc C7519)"
@@ -54,25 +57,33 @@ export OMP_NUM_THREADS=16
 for d in 64 128 256; do
   VS=$(variants_of $d)
   stamp "check hd$d, variants $VS"
-  timeout 90 $LOG/fwd_check --hd $d --variants "${VS// /,}" > $LOG/check_hd$d.txt 2>&1
+  timeout 60 $LOG/fwd_check --hd $d --variants "${VS// /,}" > $LOG/check_hd$d.txt 2>&1
   rc=$?
   grep -E "^FAIL|cases passed" $LOG/check_hd$d.txt | head -20 | tee -a "$S"
   for v in $VS; do
     echo "  hd$d v$v: $(grep -c "^ok   v$v " $LOG/check_hd$d.txt) ok, $(grep -c "^FAIL v$v " $LOG/check_hd$d.txt) FAIL" | tee -a "$S"
   done
   stamp "check hd$d rc=$rc (0 pass, 1 numerical failures, 2 CUDA error, 124 timeout = hang?)"
-  if { [ "$rc" = 124 ] || [ "$rc" = 2 ]; } && [ $((SECONDS - T0)) -lt 300 ]; then
+  if { [ "$rc" = 124 ] || [ "$rc" = 2 ]; } && [ $((SECONDS - T0)) -lt 200 ]; then
     for v in $VS; do
-      timeout 30 $LOG/fwd_check --hd $d --variants $v > $LOG/check_hd${d}_v$v.txt 2>&1
+      timeout 20 $LOG/fwd_check --hd $d --variants $v > $LOG/check_hd${d}_v$v.txt 2>&1
       stamp "  isolate hd$d v$v: rc=$? $(grep -E 'cases passed' $LOG/check_hd${d}_v$v.txt)"
     done
+  fi
+  if [ "$d" != 256 ]; then
+    # The persistent kernel with a grid of 3 CTAs: every CTA runs many tiles (the Q-empty barrier,
+    # the rings and the O buffer across tiles); with one CTA per SM the small cases run one tile each.
+    timeout 40 $LOG/fwd_check --hd $d --variants $PERSIST_VARIANT --max-ctas 3 > $LOG/check_hd${d}_persist3.txt 2>&1
+    rc=$?
+    grep -E "^FAIL" $LOG/check_hd${d}_persist3.txt | head -10 | tee -a "$S"
+    stamp "check hd$d v$PERSIST_VARIANT with --max-ctas 3: rc=$rc $(grep -E 'cases passed' $LOG/check_hd${d}_persist3.txt)"
   fi
 done
 
 stamp "kernel-only TFLOP/s, bf16, FA3 grid, median of 20"
 for d in 64 128 256; do
   VS=$(variants_of $d)
-  timeout 90 $LOG/fwd_check --no-check --bench --hd $d --seqs 2048,4096,16384 --variants "${VS// /,}" > $LOG/bench_hd$d.txt 2>&1
+  timeout 45 $LOG/fwd_check --no-check --bench --hd $d --seqs 2048,4096,16384 --variants "${VS// /,}" > $LOG/bench_hd$d.txt 2>&1
   rc=$?
   grep -E "^ +(64|128|256) " $LOG/bench_hd$d.txt | tee -a "$S"
   [ "$rc" != 0 ] && stamp "bench hd$d rc=$rc $(grep -E 'error|CUDA' $LOG/bench_hd$d.txt | head -3)"

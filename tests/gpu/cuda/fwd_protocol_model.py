@@ -7,7 +7,8 @@ around named barriers of 2 warpgroups each, each warpgroup computing key blocks
 [0, n_mine) and (WgSkip variants) skipping [n_mine, n_blocks) with only the token hand-over and
 the stage releases. Checks, over many random schedules: no deadlock, no named barrier over-arrived,
 every computed block reads the K/V tile of that block, and the producer never refills a stage
-while a consumer still reads it.  Run: python3 tests/gpu/cuda/fwd_protocol_model.py
+while a consumer still reads it.  Second model (simulate_persistent): the Persist variants' kernel, several tiles per CTA with
+the Q-full / Q-empty barriers and the O buffer.  Run: python3 tests/gpu/cuda/fwd_protocol_model.py
 """
 import itertools
 import random
@@ -199,5 +200,183 @@ def main():
     print(f"protocol model: {runs} random schedules, no deadlock, no race, every block read its own tile")
 
 
+
+def simulate_persistent(W, n_blocks, tiles, stages, rng):
+    """fwd_kernel_persistent: tiles of n_blocks each through one CTA; Q-full/Q-empty barriers, the
+    K/V rings and the issue-token ring run on across tiles; O through its own buffer per warpgroup
+    with the bulk store's read awaited before the next rewrite."""
+    full = {r: [MBar(1) for _ in range(stages)] for r in "KV"}
+    empty = {r: [MBar(W) for _ in range(stages)] for r in "KV"}
+    content = {r: [None] * stages for r in "KV"}
+    readers = {r: [set() for _ in range(stages)] for r in "KV"}
+    q_full, q_empty = MBar(1), MBar(W)
+    q = {"content": None, "readers": set()}
+    o_buf = [{"store_reading": False} for _ in range(W)]
+    inflight = []  # ("K"/"V", stage, (tile, blk)) or ("Q", None, tile) or ("O", c, tile)
+    sched = [NamedBar(2) for _ in range(W)]
+
+    def producer():
+        ph = {"K": 0, "V": 0}
+        st = {"K": 0, "V": 0}
+
+        def load(r, tag):
+            s = st[r]
+            while not empty[r][s].done(ph[r] ^ 1):
+                yield
+            assert not readers[r][s], f"producer refills {r} stage {s} while read by {readers[r][s]}"
+            content[r][s] = ("pending", tag)
+            inflight.append((r, s, tag))
+            st[r] += 1
+            if st[r] == stages:
+                st[r] = 0
+                ph[r] ^= 1
+            yield
+
+        if n_blocks == 0:
+            return
+        q_phase = 0
+        for t in range(tiles):
+            n = n_blocks - 1
+            yield from load("K", (t, n))
+            while not q_empty.done(q_phase ^ 1):
+                yield
+            q_phase ^= 1
+            assert not q["readers"], f"Q of tile {t} loaded while read by {q['readers']}"
+            q["content"] = ("pending", t)
+            inflight.append(("Q", None, t))
+            yield
+            while n > 0:
+                yield from load("K", (t, n - 1))
+                yield from load("V", (t, n))
+                n -= 1
+            yield from load("V", (t, 0))
+
+    def consumer(c):
+        st = {"K": 0, "V": 0}
+        ph = {"K": 0, "V": 0}
+
+        def adv(r):
+            st[r] += 1
+            if st[r] == stages:
+                st[r] = 0
+                ph[r] ^= 1
+
+        def sync(b):
+            bar = sched[b]
+            g = bar.gen
+            bar.arrive()
+            while bar.gen == g:
+                yield
+
+        def wait_full(r, tag):
+            s = st[r]
+            while not full[r][s].done(ph[r]):
+                yield
+            assert content[r][s] == tag, f"WG{c} expected {r}{tag} in stage {s}, found {content[r][s]}"
+            readers[r][s].add(c)
+            if r == "K":  # S = Q K^T of this block reads Q too
+                assert q["content"] == tag[0], f"WG{c} S of tile {tag[0]} found Q {q['content']}"
+
+        def release(r):
+            s = st[r]
+            readers[r][s].discard(c)
+            empty[r][s].arrive()
+            adv(r)
+
+        mine, nxt = c, (c + 1) % W
+        q_phase = 0
+        if c == W - 1:
+            sched[0].arrive()
+            yield
+        for t in range(tiles):
+            if n_blocks > 0:
+                while not q_full.done(q_phase):
+                    yield
+                q_phase ^= 1
+                assert q["content"] == t, f"WG{c} tile {t} found Q {q['content']}"
+                q["readers"].add(c)
+                n = n_blocks - 1
+                yield from sync(mine)
+                yield from wait_full("K", (t, n))
+                sched[nxt].arrive()
+                yield
+                release("K")
+                if n == 0:
+                    q["readers"].discard(c)
+                    q_empty.arrive()
+                yield
+                for n in range(n_blocks - 2, -1, -1):
+                    yield from sync(mine)
+                    yield from wait_full("K", (t, n))
+                    yield from wait_full("V", (t, n + 1))
+                    sched[nxt].arrive()
+                    yield
+                    release("K")
+                    if n == 0:
+                        q["readers"].discard(c)
+                        q_empty.arrive()
+                    yield
+                    release("V")
+                    yield
+                yield from wait_full("V", (t, 0))
+                yield
+                release("V")
+            # Epilogue: wait for the previous store's read of this warpgroup's O rows, rewrite, store.
+            while o_buf[c]["store_reading"]:
+                yield
+            yield
+            assert not o_buf[c]["store_reading"], f"WG{c} rewrites its O rows while the last store reads them"
+            o_buf[c]["store_reading"] = True
+            inflight.append(("O", c, t))
+            yield
+        while o_buf[c]["store_reading"]:
+            yield
+        if c == 0:
+            yield from sync(0)
+
+    alive = {"P": producer()}
+    for c in range(W):
+        alive[c] = consumer(c)
+    steps = 0
+    while alive or inflight:
+        steps += 1
+        if inflight and rng.random() < 0.3:
+            r, s, tag = inflight.pop(rng.randrange(len(inflight)))
+            if r == "Q":
+                q["content"] = tag
+                q_full.arrive()
+            elif r == "O":
+                o_buf[s]["store_reading"] = False
+            else:
+                content[r][s] = tag
+                full[r][s].arrive()
+            continue
+        if not alive:
+            continue
+        name = rng.choice(list(alive))
+        try:
+            next(alive[name])
+        except StopIteration:
+            del alive[name]
+        if steps > 200000:
+            raise AssertionError(f"deadlock? alive {list(alive)}")
+    for b in sched:
+        assert b.arrived == 0, "named barrier left half-arrived"
+
+
+def main_persistent():
+    rng = random.Random(2)
+    runs = 0
+    for W in (2, 3):
+        for n_blocks in range(0, 5):
+            for tiles in (1, 2, 3, 5):
+                for stages in (2, 3):
+                    for _ in range(30):
+                        simulate_persistent(W, n_blocks, tiles, stages, rng)
+                        runs += 1
+    print(f"persistent protocol model: {runs} random schedules, no deadlock, no race, every tile read its own Q/K/V")
+
+
 if __name__ == "__main__":
     main()
+    main_persistent()
