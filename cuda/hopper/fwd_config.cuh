@@ -16,10 +16,12 @@ namespace fa4::hopper {
 // Persist (without a causal mask only; the causal instantiation is the ordinary kernel): one CTA
 // per SM looping over the tiles (static stride: every tile has the same length without a mask),
 // O staged in its own shared buffer so the next tile's Q load (behind a Q-empty barrier) and K/V
-// loads overlap this tile's last PV and epilogue (fwd_kernel_persistent).
+// loads overlap this tile's last PV and epilogue (fwd_kernel_persistent). OInQ (with Persist, for
+// tiles that leave no room for an O buffer): O staged in the Q buffer as in v2, so only the K/V
+// loads overlap the epilogue; the next Q waits for every warpgroup's O store to have read it.
 template <int HeadDim, int ConsumerWarpgroups, int BlockN, int KvStages, int QkStages,
           int ProducerRegs, int ConsumerRegs, bool WgSkip = false, bool Lpt = false,
-          bool KWaitFirst = WgSkip, bool Persist = false>
+          bool KWaitFirst = WgSkip, bool Persist = false, bool OInQ = false>
 struct FwdTile {
   // Rows of Q per consumer warpgroup: one wgmma m64 row block.
   static constexpr int rows_per_warpgroup() { return 64; }
@@ -35,6 +37,7 @@ struct FwdTile {
   static constexpr bool lpt() { return Lpt; }
   static constexpr bool k_wait_first() { return KWaitFirst; }
   static constexpr bool persist() { return Persist; }
+  static constexpr bool o_in_q() { return OInQ; }
   // One producer warpgroup (a single warp issues TMA; the rest only give registers back).
   static constexpr int threads() { return 128 * (1 + ConsumerWarpgroups); }
   // TMA boxes and 128B-swizzle atoms are 64 two-byte columns wide.
@@ -50,7 +53,7 @@ struct FwdTile {
   static constexpr uint32_t v_offset() { return k_offset() + KvStages * kv_tile_bytes(); }
   // Persist: O's staging buffer (laid out like Q), then one more barrier (Q-empty).
   static constexpr uint32_t o_offset() { return v_offset() + KvStages * kv_tile_bytes(); }
-  static constexpr uint32_t o_bytes() { return Persist ? q_bytes() : 0; }
+  static constexpr uint32_t o_bytes() { return Persist && !OInQ ? q_bytes() : 0; }
   static constexpr uint32_t barrier_offset() { return o_offset() + o_bytes(); }
   static constexpr uint32_t barrier_bytes() {
     return 8 * (1 + KvStages * (QkStages + 1) + 2 * KvStages + (Persist ? 1 : 0));
@@ -66,6 +69,7 @@ struct FwdTile {
                 "register split must fit 64K registers per SM (in units of 128 threads)");
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
   static_assert(KWaitFirst || !WgSkip, "WgSkip needs KWaitFirst (C7520: serialized wgmma otherwise)");
+  static_assert(Persist || !OInQ, "OInQ is a layout of the persistent kernel");
 };
 
 #if defined(__CUDACC__)
@@ -98,12 +102,14 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //          4 = 0 + Lpt   5 = 0 + KWaitFirst   6 = 0 + Persist (non-causal)
 //   hd128: 0 = 128x176 / causal 128x128 (v2)   1 = 128x128 both   2 = 128x192 non-causal (causal
 //          as 0)   3 = 0 + Lpt   4 = 3 WG 192x80 (registers 24/160)   5 = 0 + KWaitFirst
-//          6 = 128x128 + Persist (non-causal; causal as 0)
+//          6 = 128x128 + Persist (non-causal; causal as 0)   7 = 0 + Persist + OInQ (128x176,
+//          non-causal; causal as 0)
 //   hd256: 0 = 128x80 (v2)   1 = 0 + WgSkip + Lpt   2 = 128x64   3 = 0 + KWaitFirst
+//          4 = 0 + Persist + OInQ (non-causal; causal as 0)
 // (WgSkip and Lpt act under a causal mask only, Persist without one; otherwise those variants
 // are variant 0's kernel.)
 constexpr int fwd_default_variant(int /*head_dim*/) { return 0; }
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 256 ? 4 : 7; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 7 : head_dim == 128 ? 8 : 5; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -126,16 +132,16 @@ struct FwdConfig<128, Causal, V>
     : FwdTile<128, V == 4 ? 3 : 2,
               V == 4 ? 80 : (Causal || V == 1 || V == 6) ? 128 : V == 2 ? 192 : 176, 2, /*QkStages=*/2,
               24, V == 4 ? 160 : 240, /*WgSkip=*/false, /*Lpt=*/V == 3, /*KWaitFirst=*/V == 5,
-              /*Persist=*/V == 6 && !Causal> {
-  static_assert(V >= 0 && V <= 6, "hd128 variants are 0..6");
+              /*Persist=*/(V == 6 || V == 7) && !Causal, /*OInQ=*/V == 7 && !Causal> {
+  static_assert(V >= 0 && V <= 7, "hd128 variants are 0..7");
 };
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).
 template <bool Causal, int V>
 struct FwdConfig<256, Causal, V>
     : FwdTile<256, 2, V == 2 ? 64 : 80, 2, /*QkStages=*/2, 24, 240, /*WgSkip=*/V == 1, /*Lpt=*/V == 1,
-              /*KWaitFirst=*/V == 1 || V == 3> {
-  static_assert(V >= 0 && V <= 3, "hd256 variants are 0..3");
+              /*KWaitFirst=*/V == 1 || V == 3, /*Persist=*/V == 4 && !Causal, /*OInQ=*/V == 4 && !Causal> {
+  static_assert(V >= 0 && V <= 4, "hd256 variants are 0..4");
 };
 
 }  // namespace fa4::hopper

@@ -360,6 +360,9 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
 //            warpgroup's elected thread waits for its previous store to have read sO
 //            (bulk wait_group.read) before the warpgroup rewrites its rows (epilogue barrier).
 // So the next tile's Q and first K/V load while this tile's last PV, normalisation and store run.
+// OInQ: sO is the Q buffer (a warpgroup overwrites only its own 64 Q rows, after its last wgmma
+// retired); the q_empty arrival moves from the last S to after the warpgroup's O store has read
+// those rows, so only K/V (not Q) of the next tile load during the epilogue.
 template <class T, class Cfg>
 __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint8_t* sO, uint64_t* q_full, uint64_t* q_empty,
                                                         uint8_t* sK, uint8_t* sV,
@@ -414,7 +417,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
       fence_regs(s);
       k.release(elected);
       k.advance();
-      if (n == 0 && elected) mbarrier_arrive(q_empty);  // this warpgroup's last read of Q retired
+      if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);  // last read of Q retired
       if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
       softmax.update(s, args.scale_log2, o_scale);
 #pragma unroll
@@ -429,7 +432,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
         fence_regs(s);
         k.release(elected);
         k.advance();
-        if (n == 0 && elected) mbarrier_arrive(q_empty);
+        if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);
         if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
         softmax.update(s, args.scale_log2, o_scale);
         wgmma_wait<0>();
@@ -455,11 +458,14 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
       v.advance();
     }
 
-    // Epilogue through sO: the previous tile's store must have read this warpgroup's rows first.
+    // Epilogue through sO: the previous tile's store must have read this warpgroup's rows first
+    // (OInQ: it has, before the previous tile's q_empty arrival).
     float lse[2];
     softmax.finalize(args.softmax_scale, o_scale, lse);
-    if (elected) tma_store_wait_read_all();
-    named_barrier_sync(kBarEpilogue + c, 128);
+    if constexpr (!Cfg::o_in_q()) {
+      if (elected) tma_store_wait_read_all();
+      named_barrier_sync(kBarEpilogue + c, 128);
+    }
     const int tile_row0 = c * 64 + row_in_wg;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
@@ -481,6 +487,14 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
         tma_store_4d(tm_o, sO + chunk * Cfg::chunk_bytes_q() + c * 64 * 128, chunk * 64, m0 + c * 64, head, batch);
       }
       tma_store_commit();
+    }
+    if constexpr (Cfg::o_in_q()) {
+      // The next tile's Q may overwrite these rows once the store has read them (the writes of
+      // all 128 threads are behind the epilogue barrier and fence.proxy.async above).
+      if (elected && n_blocks > 0) {
+        tma_store_wait_read_all();
+        mbarrier_arrive(q_empty);
+      }
     }
     if ((lane & 3) == 0) {
 #pragma unroll
@@ -507,7 +521,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   uint8_t* sQ = smem + Cfg::q_offset();
   uint8_t* sK = smem + Cfg::k_offset();
   uint8_t* sV = smem + Cfg::v_offset();
-  uint8_t* sO = smem + Cfg::o_offset();
+  uint8_t* sO = Cfg::o_in_q() ? sQ : smem + Cfg::o_offset();
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
   auto* k_bars = reinterpret_cast<typename KCons::Staged::Barriers*>(q_full + 1);
   auto* v_bars = reinterpret_cast<typename VCons::Staged::Barriers*>(k_bars + 1);

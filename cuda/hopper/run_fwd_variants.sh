@@ -17,8 +17,8 @@ T0=$SECONDS
 S="$OUT/summary.txt"
 : > "$S"
 stamp() { echo "[$((SECONDS - T0))s] $*" | tee -a "$S"; }
-variants_of() { [ "$1" = 256 ] && echo "0 1 2 3" || echo "0 1 2 3 4 5 6"; }
-PERSIST_VARIANT=6  # hd64 and hd128: the persistent kernel (non-causal)
+variants_of() { case $1 in 64) echo "0 1 2 3 4 5 6";; 128) echo "0 1 2 3 4 5 6 7";; *) echo "0 1 2 3 4";; esac; }
+persist_variants_of() { case $1 in 64) echo 6;; 128) echo 6,7;; *) echo 4;; esac; }  # non-causal persistent kernels
 
 NVCC_FLAGS="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo -Icuda"
 SRCS="cuda/hopper/fwd_hd64.cu cuda/hopper/fwd_hd128.cu cuda/hopper/fwd_hd256.cu cuda/hopper/fwd_launch.cu
@@ -70,14 +70,13 @@ for d in 64 128 256; do
       stamp "  isolate hd$d v$v: rc=$? $(grep -E 'cases passed' $LOG/check_hd${d}_v$v.txt)"
     done
   fi
-  if [ "$d" != 256 ]; then
-    # The persistent kernel with a grid of 3 CTAs: every CTA runs many tiles (the Q-empty barrier,
-    # the rings and the O buffer across tiles); with one CTA per SM the small cases run one tile each.
-    timeout 40 $LOG/fwd_check --hd $d --variants $PERSIST_VARIANT --max-ctas 3 > $LOG/check_hd${d}_persist3.txt 2>&1
-    rc=$?
-    grep -E "^FAIL" $LOG/check_hd${d}_persist3.txt | head -10 | tee -a "$S"
-    stamp "check hd$d v$PERSIST_VARIANT with --max-ctas 3: rc=$rc $(grep -E 'cases passed' $LOG/check_hd${d}_persist3.txt)"
-  fi
+  # The persistent kernels with a grid of 3 CTAs: every CTA runs many tiles (the Q-empty barrier,
+  # the rings and the O buffer across tiles); with one CTA per SM the small cases run one tile each.
+  PV=$(persist_variants_of $d)
+  timeout 40 $LOG/fwd_check --hd $d --variants $PV --max-ctas 3 > $LOG/check_hd${d}_persist3.txt 2>&1
+  rc=$?
+  grep -E "^FAIL" $LOG/check_hd${d}_persist3.txt | head -10 | tee -a "$S"
+  stamp "check hd$d v$PV with --max-ctas 3: rc=$rc $(grep -E 'cases passed' $LOG/check_hd${d}_persist3.txt)"
 done
 
 stamp "kernel-only TFLOP/s, bf16, FA3 grid, median of 20"

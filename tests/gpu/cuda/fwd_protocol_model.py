@@ -201,10 +201,11 @@ def main():
 
 
 
-def simulate_persistent(W, n_blocks, tiles, stages, rng):
+def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False):
     """fwd_kernel_persistent: tiles of n_blocks each through one CTA; Q-full/Q-empty barriers, the
     K/V rings and the issue-token ring run on across tiles; O through its own buffer per warpgroup
-    with the bulk store's read awaited before the next rewrite."""
+    with the bulk store's read awaited before the next rewrite, or (o_in_q) through the warpgroup's
+    Q rows, with Q-empty arrived only after the store has read them."""
     full = {r: [MBar(1) for _ in range(stages)] for r in "KV"}
     empty = {r: [MBar(W) for _ in range(stages)] for r in "KV"}
     content = {r: [None] * stages for r in "KV"}
@@ -242,6 +243,7 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng):
                 yield
             q_phase ^= 1
             assert not q["readers"], f"Q of tile {t} loaded while read by {q['readers']}"
+            assert not any(b["store_reading"] for b in o_buf) or not o_in_q, f"Q of tile {t} loaded while an O store reads it"
             q["content"] = ("pending", t)
             inflight.append(("Q", None, t))
             yield
@@ -301,7 +303,7 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng):
                 sched[nxt].arrive()
                 yield
                 release("K")
-                if n == 0:
+                if n == 0 and not o_in_q:
                     q["readers"].discard(c)
                     q_empty.arrive()
                 yield
@@ -312,7 +314,7 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng):
                     sched[nxt].arrive()
                     yield
                     release("K")
-                    if n == 0:
+                    if n == 0 and not o_in_q:
                         q["readers"].discard(c)
                         q_empty.arrive()
                     yield
@@ -322,6 +324,10 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng):
                 yield
                 release("V")
             # Epilogue: wait for the previous store's read of this warpgroup's O rows, rewrite, store.
+            if o_in_q:
+                # O over this warpgroup's own Q rows: this tile's Q must still be there (no other
+                # warpgroup's arrival can have released it), and stays "read" until the store read it.
+                assert n_blocks == 0 or q["content"] == t, f"WG{c} writes O of tile {t} over Q {q['content']}"
             while o_buf[c]["store_reading"]:
                 yield
             yield
@@ -329,6 +335,11 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng):
             o_buf[c]["store_reading"] = True
             inflight.append(("O", c, t))
             yield
+            if o_in_q and n_blocks > 0:
+                while o_buf[c]["store_reading"]:
+                    yield
+                q["readers"].discard(c)
+                q_empty.arrive()
         while o_buf[c]["store_reading"]:
             yield
         if c == 0:
@@ -371,9 +382,10 @@ def main_persistent():
         for n_blocks in range(0, 5):
             for tiles in (1, 2, 3, 5):
                 for stages in (2, 3):
-                    for _ in range(30):
-                        simulate_persistent(W, n_blocks, tiles, stages, rng)
-                        runs += 1
+                    for o_in_q in (False, True):
+                        for _ in range(30):
+                            simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q)
+                            runs += 1
     print(f"persistent protocol model: {runs} random schedules, no deadlock, no race, every tile read its own Q/K/V")
 
 
