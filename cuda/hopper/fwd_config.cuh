@@ -6,10 +6,10 @@
 namespace fa4::hopper {
 
 // The shape parameters of one configuration, and everything derived from them.
-// WgSkip (causal only): each consumer warpgroup skips the key blocks that none of ITS 64 rows can
-// see (the tile's count comes from its last row) and masks only the blocks its own rows need; it
-// still passes the issue token and releases the skipped K/V stages, so the barrier sequence is
-// unchanged. Lpt (causal only): one linear grid in longest-first order over sections of (head,
+// WgSkip: each consumer warpgroup skips the key blocks that none of ITS 64 rows can see (causal;
+// the tile's count comes from its last row) or all blocks when its rows are all past seq_q (the
+// last query tile's spare rows, both masks), and masks only for its own rows; it still passes the
+// issue token and releases the skipped K/V stages, so the barrier sequence is unchanged. Lpt (causal only): one linear grid in longest-first order over sections of (head,
 // batch) pairs sized so a section's K/V fits in L2 (FwdArgs::lpt_section), instead of
 // (m block, head, batch) with only the m blocks of one pair reversed. KWaitFirst: S = Q K^T
 // waits for all K sub-stages before its first wgmma (required by WgSkip, see issue_qk).
@@ -101,13 +101,14 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //   hd64:  0 = 3 WG 192x128 (v2)   1 = 2 WG 128x128 (v1)   2 = 0 + WgSkip + Lpt   3 = 0 + WgSkip
 //          4 = 0 + Lpt   5 = 0 + KWaitFirst   6 = 0 + Persist (non-causal)
 //   hd128: 0 = 128x176 / causal 128x128 (v2)   1 = 128x128 both   2 = 128x192 non-causal (causal
-//          as 0)   3 = 0 + Lpt   4 = 3 WG 192x80 (registers 24/160)   5 = 0 + KWaitFirst
+//          as 0)   3 = 0 + Lpt   4 = 3 WG 192x80 (registers 24/160; + WgSkip without the mask:
+//          with it the causal kernel spilled 4 bytes)   5 = 0 + KWaitFirst
 //          6 = 128x128 + Persist (non-causal; causal as 0)   7 = 0 + Persist + OInQ (128x176,
 //          non-causal; causal as 0)
 //   hd256: 0 = 128x80 (v2)   1 = 0 + WgSkip + Lpt   2 = 128x64   3 = 0 + KWaitFirst
 //          4 = 0 + Persist + OInQ (non-causal; causal as 0)
-// (WgSkip and Lpt act under a causal mask only, Persist without one; otherwise those variants
-// are variant 0's kernel.)
+// (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
+// 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 constexpr int fwd_default_variant(int /*head_dim*/) { return 0; }
 constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 7 : head_dim == 128 ? 8 : 5; }
 
@@ -131,7 +132,7 @@ template <bool Causal, int V>
 struct FwdConfig<128, Causal, V>
     : FwdTile<128, V == 4 ? 3 : 2,
               V == 4 ? 80 : (Causal || V == 1 || V == 6) ? 128 : V == 2 ? 192 : 176, 2, /*QkStages=*/2,
-              24, V == 4 ? 160 : 240, /*WgSkip=*/false, /*Lpt=*/V == 3, /*KWaitFirst=*/V == 5,
+              24, V == 4 ? 160 : 240, /*WgSkip=*/V == 4 && !Causal, /*Lpt=*/V == 3, /*KWaitFirst=*/V == 4 || V == 5,
               /*Persist=*/(V == 6 || V == 7) && !Causal, /*OInQ=*/V == 7 && !Causal> {
   static_assert(V >= 0 && V <= 7, "hd128 variants are 0..7");
 };

@@ -148,13 +148,17 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
   // The last warpgroup hands the first issue token to warpgroup 0.
   if (c == W - 1) named_barrier_arrive(kBarSched, kSchedThreads);
 
-  // WgSkip: key blocks [n_mine, n_blocks) are invisible to all of this warpgroup's rows (n_mine is
-  // never below the tile's count for the warpgroup holding the tile's last valid row, so every K/V
-  // stage is still waited on by someone before the producer may refill it); mask_m0 = this
-  // warpgroup's first row, which makes block_needs_mask exact for it.
-  constexpr bool kSkip = Cfg::wg_skip() && Causal;
+  // WgSkip: this warpgroup computes only key blocks [0, n_mine): none if all its rows are past
+  // seq_q (the last query tile's spare rows: never stored), else under a causal mask the blocks its
+  // own rows can see. n_mine is never below the tile's count for the warpgroup holding the tile's
+  // last valid row, so every K/V stage is still waited on by someone before the producer may refill
+  // it. mask_m0 = this warpgroup's first row, which makes block_needs_mask exact for it.
+  constexpr bool kSkip = Cfg::wg_skip();
   const int mask_m0 = kSkip ? m0 + c * 64 : m0;
-  const int n_mine = kSkip ? mask.n_blocks(m0 + c * 64, 64, N) : n_blocks;
+  const int n_mine = !kSkip                        ? n_blocks
+                     : m0 + c * 64 >= args.seq_q   ? 0
+                     : Causal                      ? mask.n_blocks(m0 + c * 64, 64, N)
+                                                   : n_blocks;
 
   if (n_blocks > 0) {
     // Also on the skip-everything path: the epilogue writes O over this warpgroup's Q rows.
