@@ -100,6 +100,7 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 // (bf16 only, tests/gpu/cuda/fwd_variants_hd*.cu) and checks and times them side by side.
 //   hd64:  0 = 3 WG 192x128 (v2)   1 = 2 WG 128x128 (v1)   2 = 0 + WgSkip + Lpt   3 = 0 + WgSkip
 //          4 = 0 + Lpt   5 = 0 + KWaitFirst   6 = 0 + Persist (non-causal)
+//          7 = 0 + WgSkip + Persist (non-causal) / Lpt (causal): V2 under a mask, V6 + WgSkip without
 //   hd128: 0 = 128x176 / causal 128x128 (v2)   1 = 128x128 both   2 = 128x192 non-causal (causal
 //          as 0)   3 = 0 + Lpt   4 = 3 WG 192x80 (registers 24/160; + WgSkip without the mask:
 //          with it the causal kernel spilled 4 bytes)   5 = 0 + KWaitFirst
@@ -110,7 +111,7 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 constexpr int fwd_default_variant(int /*head_dim*/) { return 0; }
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 7 : head_dim == 128 ? 8 : 5; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 8 : head_dim == 128 ? 8 : 5; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -122,9 +123,9 @@ template <bool Causal, int V>
 struct FwdConfig<64, Causal, V>
     : FwdTile</*HeadDim=*/64, /*ConsumerWarpgroups=*/V == 1 ? 2 : 3, /*BlockN=*/128, /*KvStages=*/2,
               /*QkStages=*/1, /*ProducerRegs=*/V == 1 ? 24 : 32, /*ConsumerRegs=*/V == 1 ? 240 : 160,
-              /*WgSkip=*/V == 2 || V == 3, /*Lpt=*/V == 2 || V == 4, /*KWaitFirst=*/V == 2 || V == 3 || V == 5,
-              /*Persist=*/V == 6 && !Causal> {
-  static_assert(V >= 0 && V <= 6, "hd64 variants are 0..6");
+              /*WgSkip=*/V == 2 || V == 3 || V == 7, /*Lpt=*/V == 2 || V == 4 || V == 7,
+              /*KWaitFirst=*/V == 2 || V == 3 || V == 5 || V == 7, /*Persist=*/(V == 6 || V == 7) && !Causal> {
+  static_assert(V >= 0 && V <= 7, "hd64 variants are 0..7");
 };
 
 // hd128: FA3's tiles, 128x128 causal and a longer 128x176 K tile without the mask.

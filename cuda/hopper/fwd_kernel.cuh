@@ -166,18 +166,29 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
   }
   if constexpr (kSkip) {
     // Skipped blocks: the same token hand-over and stage releases as a computed block (the
-    // issue-token ring and the ring phases stay in step), no MMA, no wait on a full barrier.
-    // Iteration n of the main loop releases K(n) and V(n + 1). S = -inf would give P = 0 and
-    // leave O, the max and the sum as they are, so skipping is exact.
+    // issue-token ring stays in step), no MMA. Iteration n of the main loop releases K(n) and
+    // V(n + 1); V(n_mine) goes with the first computed block (or last, when none is). Each stage is
+    // waited on (full) before it is released, as by a consumer that reads nothing: an arrival for
+    // a stage's next lap can then never count towards this lap's phase (unwaited, a skipping
+    // warpgroup could overtake a slower one: tests/gpu/cuda/fwd_protocol_model.py found it). S =
+    // -inf would give P = 0 and leave O, the max and the sum as they are, so skipping is exact.
     for (int n = n_blocks - 1; n >= n_mine; --n) {
       named_barrier_sync(sched_mine, kSchedThreads);
       named_barrier_arrive(sched_next, kSchedThreads);
+#pragma unroll
+      for (int j = 0; j < Cfg::qk_stages(); ++j) k.wait(j);
       k.release(elected);
       k.advance();
       if (n + 1 < n_blocks) {
+        v.wait(0);
         v.release(elected);
         v.advance();
       }
+    }
+    if (n_mine < n_blocks) {
+      v.wait(0);
+      v.release(elected);
+      v.advance();
     }
   }
 
@@ -192,15 +203,6 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
     fence_regs(s);
     k.release(elected);
     k.advance();
-    if (kSkip && n_mine < n_blocks) {
-      // V(n_mine), whose PV this iteration would have issued, is released in this iteration's
-      // body as in the unskipped schedule: released before this iteration's barrier, it could
-      // complete a stage's empty phase a lap early (another warpgroup may still be reading
-      // V(n_mine + 2) in the same stage; tests/gpu/cuda/fwd_protocol_model.py). With n_mine == 0 it
-      // is never released: V(0) is the producer's last load, no one waits for that stage again.
-      v.release(elected);
-      v.advance();
-    }
     if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
     softmax.update(s, args.scale_log2, o_scale);
 #pragma unroll
@@ -409,9 +411,36 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     uint32_t p[N / 4];
     float o_scale[2];
 
+    // WgSkip (no mask here): a warpgroup whose rows are all past seq_q computes nothing; as in
+    // fwd_consumer it still passes the token and waits on and releases K(n) / V(n + 1) per block and
+    // V(0) at the end (the rings run on into the next tile: every stage must be released), and
+    // arrives on q_empty right after its q_full wait (it never reads Q; that wait keeps it from
+    // arriving for the next tile before this tile's phase completed).
+    const int n_mine = Cfg::wg_skip() && m0 + c * 64 >= args.seq_q ? 0 : n_blocks;
     if (n_blocks > 0) {
       mbarrier_wait(q_full, q_phase);
       q_phase ^= 1;
+    }
+    if (Cfg::wg_skip() && n_mine == 0 && n_blocks > 0) {
+      if (!Cfg::o_in_q() && elected) mbarrier_arrive(q_empty);
+      for (int n = n_blocks - 1; n >= 0; --n) {
+        named_barrier_sync(sched_mine, kSchedThreads);
+        named_barrier_arrive(sched_next, kSchedThreads);
+#pragma unroll
+        for (int j = 0; j < Cfg::qk_stages(); ++j) k.wait(j);
+        k.release(elected);
+        k.advance();
+        if (n + 1 < n_blocks) {
+          v.wait(0);
+          v.release(elected);
+          v.advance();
+        }
+      }
+      v.wait(0);
+      v.release(elected);
+      v.advance();
+    }
+    if (n_mine > 0) {
       int n = n_blocks - 1;
 
       named_barrier_sync(sched_mine, kSchedThreads);

@@ -113,23 +113,28 @@ def simulate(W, n_blocks, n_mine, stages, rng):
             sched[0].arrive()
             yield
         nm = n_mine[c]
-        for n in range(n_blocks - 1, nm - 1, -1):  # skipped blocks
+        # Skipped blocks: token hand-over, and each stage waited on (full) before it is released,
+        # like a consumer that reads nothing. Without the wait a skipping warpgroup can arrive for a
+        # stage's next lap before a slower warpgroup's arrival for this lap (V(0) and V(2) are
+        # released only one token step apart); the first two versions of the kernel had that bug
+        # (one released V(n_mine) a step early, one released V(0) of a skipped tile unwaited in the
+        # persistent kernel) and this model caught both.
+        for n in range(n_blocks - 1, nm - 1, -1):
             yield from sync(mine)
             sched[nxt].arrive()
             yield
-            release("K", False)
+            yield from wait_full("K", n)
+            release("K", True)
             if n + 1 < n_blocks:
-                release("V", False)
+                yield from wait_full("V", n + 1)
+                release("V", True)
             yield
-        # V(n_mine), whose PV the first computed iteration would have issued, is released in that
-        # iteration's body (released right after the skip loop, the ring could run a lap ahead:
-        # the first version of the kernel did that and this model caught it); with n_mine == 0
-        # never (V(0) is the last load: no one waits for that stage again).
+        if nm < n_blocks:  # V(n_mine), whose PV the first computed block would have issued
+            yield from wait_full("V", nm)
+            release("V", True)
         if nm > 0:
             n = nm - 1
             yield from sync(mine)
-            if nm < n_blocks:
-                release("V", False)
             yield from wait_full("K", n)
             sched[nxt].arrive()
             yield
@@ -201,11 +206,15 @@ def main():
 
 
 
-def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False):
+def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=False):
     """fwd_kernel_persistent: tiles of n_blocks each through one CTA; Q-full/Q-empty barriers, the
     K/V rings and the issue-token ring run on across tiles; O through its own buffer per warpgroup
     with the bulk store's read awaited before the next rewrite, or (o_in_q) through the warpgroup's
-    Q rows, with Q-empty arrived only after the store has read them."""
+    Q rows, with Q-empty arrived only after the store has read them. skip: on each tile a random
+    subset of the warpgroups other than the first computes nothing (WgSkip; in the kernel it is
+    those whose rows are all past seq_q, i.e. the last ones: a special case)."""
+    # computing[t][c]: warpgroup c computes tile t (the first always: it holds a valid row).
+    computing = [[c < (rng.randint(1, W) if skip else W) for c in range(W)] for _ in range(tiles)]
     full = {r: [MBar(1) for _ in range(stages)] for r in "KV"}
     empty = {r: [MBar(W) for _ in range(stages)] for r in "KV"}
     content = {r: [None] * stages for r in "KV"}
@@ -270,13 +279,13 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False):
             while bar.gen == g:
                 yield
 
-        def wait_full(r, tag):
+        def wait_full(r, tag, reads_q=True):
             s = st[r]
             while not full[r][s].done(ph[r]):
                 yield
             assert content[r][s] == tag, f"WG{c} expected {r}{tag} in stage {s}, found {content[r][s]}"
             readers[r][s].add(c)
-            if r == "K":  # S = Q K^T of this block reads Q too
+            if r == "K" and reads_q:  # S = Q K^T of this block reads Q too
                 assert q["content"] == tag[0], f"WG{c} S of tile {tag[0]} found Q {q['content']}"
 
         def release(r):
@@ -291,7 +300,27 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False):
             sched[0].arrive()
             yield
         for t in range(tiles):
-            if n_blocks > 0:
+            if n_blocks > 0 and not computing[t][c]:
+                while not q_full.done(q_phase):
+                    yield
+                q_phase ^= 1
+                if not o_in_q:
+                    q_empty.arrive()
+                else:
+                    q["readers"].add(c)  # its O rows overlay Q until the store has read them
+                for n in range(n_blocks - 1, -1, -1):
+                    yield from sync(mine)
+                    sched[nxt].arrive()
+                    yield
+                    yield from wait_full("K", (t, n), reads_q=False)
+                    release("K")
+                    if n + 1 < n_blocks:
+                        yield from wait_full("V", (t, n + 1))
+                        release("V")
+                    yield
+                yield from wait_full("V", (t, 0))
+                release("V")
+            elif n_blocks > 0:
                 while not q_full.done(q_phase):
                     yield
                 q_phase ^= 1
@@ -383,9 +412,10 @@ def main_persistent():
             for tiles in (1, 2, 3, 5):
                 for stages in (2, 3):
                     for o_in_q in (False, True):
-                        for _ in range(30):
-                            simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q)
-                            runs += 1
+                        for skip in (False, True):
+                            for _ in range(30):
+                                simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q, skip)
+                                runs += 1
     print(f"persistent protocol model: {runs} random schedules, no deadlock, no race, every tile read its own Q/K/V")
 
 
