@@ -167,8 +167,8 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
   if constexpr (kSkip) {
     // Skipped blocks: the same token hand-over and stage releases as a computed block (the
     // issue-token ring stays in step), no MMA. Iteration n of the main loop releases K(n) and
-    // V(n + 1); V(n_mine) goes with the first computed block (or last, when none is). Each stage is
-    // waited on (full) before it is released, as by a consumer that reads nothing: an arrival for
+    // V(n + 1); V(n_mine), whose PV the first computed block would issue, right after the loop.
+    // Each stage is waited on (full) before it is released, as by a consumer that reads nothing: an arrival for
     // a stage's next lap can then never count towards this lap's phase (unwaited, a skipping
     // warpgroup could overtake a slower one: tests/gpu/cuda/fwd_protocol_model.py found it). S =
     // -inf would give P = 0 and leave O, the max and the sum as they are, so skipping is exact.
