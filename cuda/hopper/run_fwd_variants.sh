@@ -13,6 +13,7 @@ set -o pipefail
 OUT=${OUT:-/tmp/fwd_var_out}
 mkdir -p "$OUT" build/fwd_var
 LOG=build/fwd_var
+rm -f $LOG/*.txt $LOG/*.log  # no stale logs from an earlier call on the same machine
 T0=$SECONDS
 S="$OUT/summary.txt"
 : > "$S"
@@ -59,7 +60,7 @@ for d in 64 128 256; do
   stamp "check hd$d, variants $VS"
   timeout 60 $LOG/fwd_check --hd $d --variants "${VS// /,}" > $LOG/check_hd$d.txt 2>&1
   rc=$?
-  grep -E "^FAIL|cases passed" $LOG/check_hd$d.txt | head -20 | tee -a "$S"
+  grep -E "^FAIL|cases passed|Lpt grid order" $LOG/check_hd$d.txt | head -20 | tee -a "$S"
   for v in $VS; do
     echo "  hd$d v$v: $(grep -c "^ok   v$v " $LOG/check_hd$d.txt) ok, $(grep -c "^FAIL v$v " $LOG/check_hd$d.txt) FAIL" | tee -a "$S"
   done
