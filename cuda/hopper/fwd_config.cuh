@@ -105,13 +105,14 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //          as 0)   3 = 0 + Lpt   4 = 3 WG 192x80 (registers 24/160; + WgSkip without the mask:
 //          with it the causal kernel spilled 4 bytes)   5 = 0 + KWaitFirst
 //          6 = 128x128 + Persist (non-causal; causal as 0)   7 = 0 + Persist + OInQ (128x176,
-//          non-causal; causal as 0)
+//          non-causal; causal as 0)   8 = 128x160 + Persist with an O buffer (non-causal; 226 KB of
+//          shared memory; causal as 0)
 //   hd256: 0 = 128x80 (v2)   1 = 0 + WgSkip + Lpt   2 = 128x64   3 = 0 + KWaitFirst
 //          4 = 0 + Persist + OInQ (non-causal; causal as 0)
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 constexpr int fwd_default_variant(int /*head_dim*/) { return 0; }
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 8 : head_dim == 128 ? 8 : 5; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 8 : head_dim == 128 ? 9 : 5; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -132,10 +133,11 @@ struct FwdConfig<64, Causal, V>
 template <bool Causal, int V>
 struct FwdConfig<128, Causal, V>
     : FwdTile<128, V == 4 ? 3 : 2,
-              V == 4 ? 80 : (Causal || V == 1 || V == 6) ? 128 : V == 2 ? 192 : 176, 2, /*QkStages=*/2,
-              24, V == 4 ? 160 : 240, /*WgSkip=*/V == 4 && !Causal, /*Lpt=*/V == 3, /*KWaitFirst=*/V == 4 || V == 5,
-              /*Persist=*/(V == 6 || V == 7) && !Causal, /*OInQ=*/V == 7 && !Causal> {
-  static_assert(V >= 0 && V <= 7, "hd128 variants are 0..7");
+              V == 4 ? 80 : (Causal || V == 1 || V == 6) ? 128 : V == 2 ? 192 : V == 8 ? 160 : 176, 2,
+              /*QkStages=*/2, 24, V == 4 ? 160 : 240, /*WgSkip=*/V == 4 && !Causal, /*Lpt=*/V == 3,
+              /*KWaitFirst=*/V == 4 || V == 5, /*Persist=*/(V == 6 || V == 7 || V == 8) && !Causal,
+              /*OInQ=*/V == 7 && !Causal> {
+  static_assert(V >= 0 && V <= 8, "hd128 variants are 0..8");
 };
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).

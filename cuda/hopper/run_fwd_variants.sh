@@ -18,8 +18,8 @@ T0=$SECONDS
 S="$OUT/summary.txt"
 : > "$S"
 stamp() { echo "[$((SECONDS - T0))s] $*" | tee -a "$S"; }
-variants_of() { case $1 in 64) echo "0 1 2 3 4 5 6 7";; 128) echo "0 1 2 3 4 5 6 7";; *) echo "0 1 2 3 4";; esac; }
-persist_variants_of() { case $1 in 64) echo 6,7;; 128) echo 6,7;; *) echo 4;; esac; }  # non-causal persistent kernels
+variants_of() { case $1 in 64) echo "0 1 2 3 4 5 6 7";; 128) echo "0 1 2 3 4 5 6 7 8";; *) echo "0 1 2 3 4";; esac; }
+persist_variants_of() { case $1 in 64) echo 6,7;; 128) echo 6,7,8;; *) echo 4;; esac; }  # non-causal persistent kernels
 
 NVCC_FLAGS="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo -Icuda"
 SRCS="cuda/hopper/fwd_hd64.cu cuda/hopper/fwd_hd128.cu cuda/hopper/fwd_hd256.cu cuda/hopper/fwd_launch.cu
