@@ -6,8 +6,22 @@
 namespace fa4::hopper {
 
 // The shape parameters of one configuration, and everything derived from them.
+// WgSkip: each consumer warpgroup skips the key blocks that none of ITS 64 rows can see (causal;
+// the tile's count comes from its last row) or all blocks when its rows are all past seq_q (the
+// last query tile's spare rows, both masks), and masks only for its own rows; it still passes the
+// issue token and releases the skipped K/V stages, so the barrier sequence is unchanged. Lpt (causal only): one linear grid in longest-first order over sections of (head,
+// batch) pairs sized so a section's K/V fits in L2 (FwdArgs::lpt_section), instead of
+// (m block, head, batch) with only the m blocks of one pair reversed. KWaitFirst: S = Q K^T
+// waits for all K sub-stages before its first wgmma (required by WgSkip, see issue_qk).
+// Persist (without a causal mask only; the causal instantiation is the ordinary kernel): one CTA
+// per SM looping over the tiles (static stride: every tile has the same length without a mask),
+// O staged in its own shared buffer so the next tile's Q load (behind a Q-empty barrier) and K/V
+// loads overlap this tile's last PV and epilogue (fwd_kernel_persistent). OInQ (with Persist, for
+// tiles that leave no room for an O buffer): O staged in the Q buffer as in v2, so only the K/V
+// loads overlap the epilogue; the next Q waits for every warpgroup's O store to have read it.
 template <int HeadDim, int ConsumerWarpgroups, int BlockN, int KvStages, int QkStages,
-          int ProducerRegs, int ConsumerRegs>
+          int ProducerRegs, int ConsumerRegs, bool WgSkip = false, bool Lpt = false,
+          bool KWaitFirst = WgSkip, bool Persist = false, bool OInQ = false>
 struct FwdTile {
   // Rows of Q per consumer warpgroup: one wgmma m64 row block.
   static constexpr int rows_per_warpgroup() { return 64; }
@@ -19,6 +33,11 @@ struct FwdTile {
   static constexpr int qk_stages() { return QkStages; }
   static constexpr int producer_regs() { return ProducerRegs; }
   static constexpr int consumer_regs() { return ConsumerRegs; }
+  static constexpr bool wg_skip() { return WgSkip; }
+  static constexpr bool lpt() { return Lpt; }
+  static constexpr bool k_wait_first() { return KWaitFirst; }
+  static constexpr bool persist() { return Persist; }
+  static constexpr bool o_in_q() { return OInQ; }
   // One producer warpgroup (a single warp issues TMA; the rest only give registers back).
   static constexpr int threads() { return 128 * (1 + ConsumerWarpgroups); }
   // TMA boxes and 128B-swizzle atoms are 64 two-byte columns wide.
@@ -32,8 +51,13 @@ struct FwdTile {
   static constexpr uint32_t q_offset() { return 0; }
   static constexpr uint32_t k_offset() { return q_bytes(); }
   static constexpr uint32_t v_offset() { return k_offset() + KvStages * kv_tile_bytes(); }
-  static constexpr uint32_t barrier_offset() { return v_offset() + KvStages * kv_tile_bytes(); }
-  static constexpr uint32_t barrier_bytes() { return 8 * (1 + KvStages * (QkStages + 1) + 2 * KvStages); }
+  // Persist: O's staging buffer (laid out like Q), then one more barrier (Q-empty).
+  static constexpr uint32_t o_offset() { return v_offset() + KvStages * kv_tile_bytes(); }
+  static constexpr uint32_t o_bytes() { return Persist && !OInQ ? q_bytes() : 0; }
+  static constexpr uint32_t barrier_offset() { return o_offset() + o_bytes(); }
+  static constexpr uint32_t barrier_bytes() {
+    return 8 * (1 + KvStages * (QkStages + 1) + 2 * KvStages + (Persist ? 1 : 0));
+  }
   // +1024: the dynamic smem base is only 16-byte aligned, swizzle atoms need 1024.
   static constexpr uint32_t smem_bytes() { return barrier_offset() + barrier_bytes() + 1024; }
 
@@ -44,26 +68,84 @@ struct FwdTile {
                     ConsumerRegs % 8 == 0,
                 "register split must fit 64K registers per SM (in units of 128 threads)");
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
+  static_assert(KWaitFirst || !WgSkip, "WgSkip needs KWaitFirst (C7520: serialized wgmma otherwise)");
+  static_assert(Persist || !OInQ, "OInQ is a layout of the persistent kernel");
 };
 
-template <int HeadDim, bool Causal>
+#if defined(__CUDACC__)
+#define FA4_FWD_HOST_DEVICE __host__ __device__
+#else
+#define FA4_FWD_HOST_DEVICE
+#endif
+
+// Lpt grid order (causal): tile t of the linear grid -> (m block, head, batch). Sections of
+// `section` (head, batch) pairs, pair = batch * heads + head, the last section possibly shorter;
+// inside a section all pairs' last (longest) m block first, then the next one down. A bijection
+// of [0, m_blocks * heads * batch) (the standalone harness checks it on the host).
+struct FwdTileCoord {
+  int m_block, head, batch;
+};
+FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int heads, int batch, int section) {
+  const int pairs = heads * batch;
+  const int per_section = section * m_blocks;
+  const int sec = t / per_section;
+  const int within = t - sec * per_section;
+  const int in_section = pairs - sec * section < section ? pairs - sec * section : section;
+  const int pair = sec * section + within % in_section;
+  return {m_blocks - 1 - within / in_section, pair % heads, pair / heads};
+}
+
+// Kernel variants (fwd v4 candidates, NOTES.md). The library (fwd_hd*.cu) builds
+// fwd_default_variant(head_dim) for bf16 and fp16; the standalone harness also builds the others
+// (bf16 only, tests/gpu/cuda/fwd_variants_hd*.cu) and checks and times them side by side.
+//   hd64:  0 = 3 WG 192x128 (v2)   1 = 2 WG 128x128 (v1)   2 = 0 + WgSkip + Lpt   3 = 0 + WgSkip
+//          4 = 0 + Lpt   5 = 0 + KWaitFirst   6 = 0 + Persist (non-causal)
+//          7 = 0 + WgSkip + Persist (non-causal) / Lpt (causal): V2 under a mask, V6 + WgSkip without
+//   hd128: 0 = 128x176 / causal 128x128 (v2)   1 = 128x128 both   2 = 128x192 non-causal (causal
+//          as 0)   3 = 0 + Lpt   4 = 3 WG 192x80 (registers 24/160; + WgSkip without the mask:
+//          with it the causal kernel spilled 4 bytes)   5 = 0 + KWaitFirst
+//          6 = 128x128 + Persist (non-causal; causal as 0)   7 = 0 + Persist + OInQ (128x176,
+//          non-causal; causal as 0)   8 = 128x160 + Persist with an O buffer (non-causal; 226 KB of
+//          shared memory; causal as 0)
+//   hd256: 0 = 128x80 (v2)   1 = 0 + WgSkip + Lpt   2 = 128x64   3 = 0 + KWaitFirst
+//          4 = 0 + Persist + OInQ (non-causal; causal as 0)
+// (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
+// 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
+constexpr int fwd_default_variant(int /*head_dim*/) { return 0; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 8 : head_dim == 128 ? 9 : 5; }
+
+template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
 
 // hd64: exp-bound (MUFU takes as long as the MMAs), so a third consumer warpgroup (FA3's 192-row
 // tile) gives the tensor cores another warpgroup's MMAs to run while two do their softmax.
 // O is only 32 registers per thread, so 160 per consumer is enough.
-template <bool Causal>
-struct FwdConfig<64, Causal>
-    : FwdTile</*HeadDim=*/64, /*ConsumerWarpgroups=*/3, /*BlockN=*/128, /*KvStages=*/2,
-              /*QkStages=*/1, /*ProducerRegs=*/32, /*ConsumerRegs=*/160> {};
+template <bool Causal, int V>
+struct FwdConfig<64, Causal, V>
+    : FwdTile</*HeadDim=*/64, /*ConsumerWarpgroups=*/V == 1 ? 2 : 3, /*BlockN=*/128, /*KvStages=*/2,
+              /*QkStages=*/1, /*ProducerRegs=*/V == 1 ? 24 : 32, /*ConsumerRegs=*/V == 1 ? 240 : 160,
+              /*WgSkip=*/V == 2 || V == 3 || V == 7, /*Lpt=*/V == 2 || V == 4 || V == 7,
+              /*KWaitFirst=*/V == 2 || V == 3 || V == 5 || V == 7, /*Persist=*/(V == 6 || V == 7) && !Causal> {
+  static_assert(V >= 0 && V <= 7, "hd64 variants are 0..7");
+};
 
 // hd128: FA3's tiles, 128x128 causal and a longer 128x176 K tile without the mask.
-template <bool Causal>
-struct FwdConfig<128, Causal>
-    : FwdTile<128, 2, Causal ? 128 : 176, 2, /*QkStages=*/2, 24, 240> {};
+template <bool Causal, int V>
+struct FwdConfig<128, Causal, V>
+    : FwdTile<128, V == 4 ? 3 : 2,
+              V == 4 ? 80 : (Causal || V == 1 || V == 6) ? 128 : V == 2 ? 192 : V == 8 ? 160 : 176, 2,
+              /*QkStages=*/2, 24, V == 4 ? 160 : 240, /*WgSkip=*/V == 4 && !Causal, /*Lpt=*/V == 3,
+              /*KWaitFirst=*/V == 4 || V == 5, /*Persist=*/(V == 6 || V == 7 || V == 8) && !Causal,
+              /*OInQ=*/V == 7 && !Causal> {
+  static_assert(V >= 0 && V <= 8, "hd128 variants are 0..8");
+};
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).
-template <bool Causal>
-struct FwdConfig<256, Causal> : FwdTile<256, 2, 80, 2, /*QkStages=*/2, 24, 240> {};
+template <bool Causal, int V>
+struct FwdConfig<256, Causal, V>
+    : FwdTile<256, 2, V == 2 ? 64 : 80, 2, /*QkStages=*/2, 24, 240, /*WgSkip=*/V == 1, /*Lpt=*/V == 1,
+              /*KWaitFirst=*/V == 1 || V == 3, /*Persist=*/V == 4 && !Causal, /*OInQ=*/V == 4 && !Causal> {
+  static_assert(V >= 0 && V <= 4, "hd256 variants are 0..4");
+};
 
 }  // namespace fa4::hopper

@@ -15,6 +15,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <string>
 
@@ -37,6 +39,13 @@ struct FwdArgs {
   int group;           // heads_q / heads_kv: q head h reads kv head h / group
   float scale_log2;    // softmax_scale * log2(e), folded into the exp2 FMA
   float softmax_scale;
+  // Lpt variants (fwd_config.cuh) under a causal mask: the grid is linear when lpt_section > 0:
+  // tile t is in section t / (lpt_section * m_blocks) of lpt_section (head, batch) pairs (the last
+  // section possibly shorter); inside a section the m block (longest first), then the pair.
+  // lpt_section == 0: the (m block, head, batch) grid.
+  int lpt_section;
+  int m_blocks;
+  int batch;
 };
 
 template <class T> struct WgmmaTag;
@@ -66,10 +75,18 @@ __device__ __forceinline__ void issue_qk(float (&s)[Cfg::block_n() / 2], const u
   using Tag = typename WgmmaTag<T>::type;
   constexpr int kSteps = Cfg::head_dim() / 16;
   constexpr int kStepsPerSub = kSteps / Cfg::qk_stages();
+  // KWaitFirst: wait for every K sub-stage before the fence (no wait loop between wgmmas, so no
+  // warpgroup.arrive injected by ptxas, C7519; the WgSkip variants need it: there the injected
+  // arrive landed on a divergent path and ptxas serialized every wgmma of the kernel, C7520).
+  // Otherwise v2's order: sub-stage j's wait just before its k-steps.
+  if constexpr (Cfg::k_wait_first()) {
+#pragma unroll
+    for (int j = 0; j < Cfg::qk_stages(); ++j) k.wait(j);
+  }
   wgmma_fence();
 #pragma unroll
   for (int j = 0; j < Cfg::qk_stages(); ++j) {
-    k.wait(j);
+    if constexpr (!Cfg::k_wait_first()) k.wait(j);
 #pragma unroll
     for (int kk = j * kStepsPerSub; kk < (j + 1) * kStepsPerSub; ++kk) {
       const int chunk = kk / 4;
@@ -131,10 +148,53 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
   // The last warpgroup hands the first issue token to warpgroup 0.
   if (c == W - 1) named_barrier_arrive(kBarSched, kSchedThreads);
 
+  // WgSkip: this warpgroup computes only key blocks [0, n_mine): none if all its rows are past
+  // seq_q (the last query tile's spare rows: never stored), else under a causal mask the blocks its
+  // own rows can see. n_mine is never below the tile's count for the warpgroup holding the tile's
+  // last valid row, so every K/V stage is still waited on by someone before the producer may refill
+  // it. mask_m0 = this warpgroup's first row, which makes block_needs_mask exact for it.
+  constexpr bool kSkip = Cfg::wg_skip();
+  const int mask_m0 = kSkip ? m0 + c * 64 : m0;
+  const int n_mine = !kSkip                        ? n_blocks
+                     : m0 + c * 64 >= args.seq_q   ? 0
+                     : Causal                      ? mask.n_blocks(m0 + c * 64, 64, N)
+                                                   : n_blocks;
+
   if (n_blocks > 0) {
-    const uint8_t* q_tile = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk
+    // Also on the skip-everything path: the epilogue writes O over this warpgroup's Q rows.
     mbarrier_wait(q_full, 0);
-    int n = n_blocks - 1;
+  }
+  if constexpr (kSkip) {
+    // Skipped blocks: the same token hand-over and stage releases as a computed block (the
+    // issue-token ring stays in step), no MMA. Iteration n of the main loop releases K(n) and
+    // V(n + 1); V(n_mine), whose PV the first computed block would issue, right after the loop.
+    // Each stage is waited on (full) before it is released, as by a consumer that reads nothing: an arrival for
+    // a stage's next lap can then never count towards this lap's phase (unwaited, a skipping
+    // warpgroup could overtake a slower one: tests/gpu/cuda/fwd_protocol_model.py found it). S =
+    // -inf would give P = 0 and leave O, the max and the sum as they are, so skipping is exact.
+    for (int n = n_blocks - 1; n >= n_mine; --n) {
+      named_barrier_sync(sched_mine, kSchedThreads);
+      named_barrier_arrive(sched_next, kSchedThreads);
+#pragma unroll
+      for (int j = 0; j < Cfg::qk_stages(); ++j) k.wait(j);
+      k.release(elected);
+      k.advance();
+      if (n + 1 < n_blocks) {
+        v.wait(0);
+        v.release(elected);
+        v.advance();
+      }
+    }
+    if (n_mine < n_blocks) {
+      v.wait(0);
+      v.release(elected);
+      v.advance();
+    }
+  }
+
+  if (n_mine > 0) {
+    const uint8_t* q_tile = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk
+    int n = n_mine - 1;
 
     named_barrier_sync(sched_mine, kSchedThreads);
     issue_qk<T, Cfg>(s, q_tile, k);
@@ -143,7 +203,7 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
     fence_regs(s);
     k.release(elected);
     k.advance();
-    if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
+    if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
     softmax.update(s, args.scale_log2, o_scale);
 #pragma unroll
     for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
@@ -157,7 +217,7 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
       fence_regs(s);
       k.release(elected);
       k.advance();
-      if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
+      if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
       softmax.update(s, args.scale_log2, o_scale);
       wgmma_wait<0>();
       fence_regs(o);
@@ -238,10 +298,18 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   auto* v_bars = reinterpret_cast<typename VCons::Staged::Barriers*>(k_bars + 1);
 
   // Causal: the last query blocks see the most keys; start them first.
-  const int m_block = Causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  int m_block, head, batch;
+  if (Cfg::lpt() && Causal && args.lpt_section > 0) {
+    const FwdTileCoord tc = lpt_tile_coord(int(blockIdx.x), args.m_blocks, args.heads_q, args.batch, args.lpt_section);
+    m_block = tc.m_block;
+    head = tc.head;
+    batch = tc.batch;
+  } else {
+    m_block = Causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+    head = blockIdx.y;
+    batch = blockIdx.z;
+  }
   const int m0 = m_block * Cfg::block_m();
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z;
   const AttentionMask<Causal> mask{args.seq_q, args.seq_k};
   const int n_blocks = mask.n_blocks(m0, Cfg::block_m(), Cfg::block_n());
   const int wg = threadIdx.x / 128;
@@ -285,6 +353,269 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   }
 }
 
+// Persist variants (no causal mask): one CTA per SM loops over tiles t = blockIdx.x + k * gridDim.x
+// (tile t: m block t % m_blocks of (head, batch) pair t / m_blocks; without a mask every tile
+// runs the same n_blocks, so the static stride is balanced). The K/V rings, the issue-token ring
+// and the Q barriers run on across tiles:
+//   q_full   (1 arrival + Q's bytes) phase k = tile k's Q landed; consumers wait with parity k % 2.
+//   q_empty  (one arrival per consumer warpgroup, after its last S = Q K^T of a tile retired) phase
+//            k = tile k's Q no longer read; the producer waits for it before loading tile k + 1's Q,
+//            having already queued tile k + 1's first K. No phase can be skipped: Q(k + 1) needs
+//            every warpgroup's tile-k arrival, which comes after that warpgroup's tile-k q_full wait.
+//   O        staged in its own buffer (sO, Q's layout), one TMA store per warpgroup and chunk; a
+//            warpgroup's elected thread waits for its previous store to have read sO
+//            (bulk wait_group.read) before the warpgroup rewrites its rows (epilogue barrier).
+// So the next tile's Q and first K/V load while this tile's last PV, normalisation and store run.
+// OInQ: sO is the Q buffer (a warpgroup overwrites only its own 64 Q rows, after its last wgmma
+// retired); the q_empty arrival moves from the last S to after the warpgroup's O store has read
+// those rows, so only K/V (not Q) of the next tile load during the epilogue.
+template <class T, class Cfg>
+__device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint8_t* sO, uint64_t* q_full, uint64_t* q_empty,
+                                                        uint8_t* sK, uint8_t* sV,
+                                                        typename TmaConsumerPipeline<T, Cfg, true>::Staged::Barriers* k_bars,
+                                                        typename TmaConsumerPipeline<T, Cfg, false>::Staged::Barriers* v_bars,
+                                                        const CUtensorMap* tm_o, const FwdArgs& args, int n_blocks,
+                                                        int num_tiles) {
+  constexpr int N = Cfg::block_n();
+  constexpr int D = Cfg::head_dim();
+  constexpr int W = Cfg::consumer_warpgroups();
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const bool elected = tid == 0;
+  const int row_in_wg = warp * 16 + lane / 4;  // this thread's first row; its second is +8
+  const uint32_t sched_mine = kBarSched + c;
+  const uint32_t sched_next = kBarSched + (c + 1) % W;
+  constexpr uint32_t kSchedThreads = 256;
+  const AttentionMask<false> mask{args.seq_q, args.seq_k};
+  const uint8_t* q_tile = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk
+
+  TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
+  TmaConsumerPipeline<T, Cfg, false> v(v_bars, sV);
+  uint32_t q_phase = 0;
+
+  if (c == W - 1) named_barrier_arrive(kBarSched, kSchedThreads);
+
+  for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+    const int m0 = (t % args.m_blocks) * Cfg::block_m();
+    const int pair = t / args.m_blocks;
+    const int head = pair % args.heads_q;
+    const int batch = pair / args.heads_q;
+    const int row0 = m0 + c * 64 + row_in_wg;
+
+    OnlineSoftmax<N / 2> softmax;
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    float s[N / 2];
+    uint32_t p[N / 4];
+    float o_scale[2];
+
+    // WgSkip (no mask here): a warpgroup whose rows are all past seq_q computes nothing; as in
+    // fwd_consumer it still passes the token and waits on and releases K(n) / V(n + 1) per block and
+    // V(0) at the end (the rings run on into the next tile: every stage must be released), and
+    // arrives on q_empty right after its q_full wait (it never reads Q; that wait keeps it from
+    // arriving for the next tile before this tile's phase completed).
+    const int n_mine = Cfg::wg_skip() && m0 + c * 64 >= args.seq_q ? 0 : n_blocks;
+    if (n_blocks > 0) {
+      mbarrier_wait(q_full, q_phase);
+      q_phase ^= 1;
+    }
+    if (Cfg::wg_skip() && n_mine == 0 && n_blocks > 0) {
+      if (!Cfg::o_in_q() && elected) mbarrier_arrive(q_empty);
+      for (int n = n_blocks - 1; n >= 0; --n) {
+        named_barrier_sync(sched_mine, kSchedThreads);
+        named_barrier_arrive(sched_next, kSchedThreads);
+#pragma unroll
+        for (int j = 0; j < Cfg::qk_stages(); ++j) k.wait(j);
+        k.release(elected);
+        k.advance();
+        if (n + 1 < n_blocks) {
+          v.wait(0);
+          v.release(elected);
+          v.advance();
+        }
+      }
+      v.wait(0);
+      v.release(elected);
+      v.advance();
+    }
+    if (n_mine > 0) {
+      int n = n_blocks - 1;
+
+      named_barrier_sync(sched_mine, kSchedThreads);
+      issue_qk<T, Cfg>(s, q_tile, k);
+      named_barrier_arrive(sched_next, kSchedThreads);
+      wgmma_wait<0>();
+      fence_regs(s);
+      k.release(elected);
+      k.advance();
+      if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);  // last read of Q retired
+      if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
+      softmax.update(s, args.scale_log2, o_scale);
+#pragma unroll
+      for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+
+      for (--n; n >= 0; --n) {
+        named_barrier_sync(sched_mine, kSchedThreads);
+        issue_qk<T, Cfg>(s, q_tile, k);
+        issue_pv<T, Cfg>(o, p, v);
+        named_barrier_arrive(sched_next, kSchedThreads);
+        wgmma_wait<1>();  // S done (groups retire in order), PV may still run
+        fence_regs(s);
+        k.release(elected);
+        k.advance();
+        if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);
+        if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
+        softmax.update(s, args.scale_log2, o_scale);
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_regs(p);
+        v.release(elected);
+        v.advance();
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+          o[4 * j + 0] *= o_scale[0];
+          o[4 * j + 1] *= o_scale[0];
+          o[4 * j + 2] *= o_scale[1];
+          o[4 * j + 3] *= o_scale[1];
+        }
+#pragma unroll
+        for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+      }
+      issue_pv<T, Cfg>(o, p, v);
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(p);
+      v.release(elected);
+      v.advance();
+    }
+
+    // Epilogue through sO: the previous tile's store must have read this warpgroup's rows first
+    // (OInQ: it has, before the previous tile's q_empty arrival).
+    float lse[2];
+    softmax.finalize(args.softmax_scale, o_scale, lse);
+    if constexpr (!Cfg::o_in_q()) {
+      if (elected) tma_store_wait_read_all();
+      named_barrier_sync(kBarEpilogue + c, 128);
+    }
+    const int tile_row0 = c * 64 + row_in_wg;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const int col = 8 * j + 2 * (lane & 3);
+      const int chunk = col / 64;
+      const int cc = col % 64;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = tile_row0 + 8 * i;
+        const uint32_t off = chunk * Cfg::chunk_bytes_q() + r * 128 + (((cc / 8) ^ (r % 8)) * 16) + (cc % 8) * 2;
+        *reinterpret_cast<uint32_t*>(sO + off) = pack2<T>(o[4 * j + 2 * i] * o_scale[i], o[4 * j + 2 * i + 1] * o_scale[i]);
+      }
+    }
+    fence_proxy_async_smem();
+    named_barrier_sync(kBarEpilogue + c, 128);
+    if (elected && m0 + c * 64 < args.seq_q) {
+#pragma unroll
+      for (int chunk = 0; chunk < Cfg::chunks(); ++chunk) {
+        tma_store_4d(tm_o, sO + chunk * Cfg::chunk_bytes_q() + c * 64 * 128, chunk * 64, m0 + c * 64, head, batch);
+      }
+      tma_store_commit();
+    }
+    if constexpr (Cfg::o_in_q()) {
+      // The next tile's Q may overwrite these rows once the store has read them (the writes of
+      // all 128 threads are behind the epilogue barrier and fence.proxy.async above).
+      if (elected && n_blocks > 0) {
+        tma_store_wait_read_all();
+        mbarrier_arrive(q_empty);
+      }
+    }
+    if ((lane & 3) == 0) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int row = row0 + 8 * i;
+        if (row < args.seq_q) args.lse[(int64_t(batch) * args.heads_q + head) * args.seq_q + row] = lse[i];
+      }
+    }
+  }
+  if (elected) tma_store_wait_read_all();  // shared memory must outlive the stores' reads
+  if (c == 0) named_barrier_sync(kBarSched, kSchedThreads);
+}
+
+template <class T, class Cfg>
+__global__ void __launch_bounds__(Cfg::threads(), 1)
+    fwd_kernel_persistent(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                          const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
+                          const FwdArgs args) {
+  static_assert(Cfg::persist(), "persistent kernel needs the Persist layout (O buffer, Q-empty barrier)");
+  using KCons = TmaConsumerPipeline<T, Cfg, true>;
+  using VCons = TmaConsumerPipeline<T, Cfg, false>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint8_t* sQ = smem + Cfg::q_offset();
+  uint8_t* sK = smem + Cfg::k_offset();
+  uint8_t* sV = smem + Cfg::v_offset();
+  uint8_t* sO = Cfg::o_in_q() ? sQ : smem + Cfg::o_offset();
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
+  auto* k_bars = reinterpret_cast<typename KCons::Staged::Barriers*>(q_full + 1);
+  auto* v_bars = reinterpret_cast<typename VCons::Staged::Barriers*>(k_bars + 1);
+  uint64_t* q_empty = reinterpret_cast<uint64_t*>(v_bars + 1);
+  const AttentionMask<false> mask{args.seq_q, args.seq_k};
+  const int n_blocks = mask.n_blocks(0, Cfg::block_m(), Cfg::block_n());  // every tile's, no mask
+  const int num_tiles = args.m_blocks * args.heads_q * args.batch;
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_map(&tm_q);
+    tma_prefetch_map(&tm_k);
+    tma_prefetch_map(&tm_v);
+    tma_prefetch_map(&tm_o);
+    mbarrier_init(q_full, 1);
+    mbarrier_init(q_empty, Cfg::consumer_warpgroups());
+    KCons::Staged::init(k_bars, Cfg::consumer_warpgroups());
+    VCons::Staged::init(v_bars, Cfg::consumer_warpgroups());
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    setmaxnreg_dec<Cfg::producer_regs()>();
+    if (threadIdx.x == 0 && n_blocks > 0) {
+      constexpr int N = Cfg::block_n();
+      TmaProducerPipeline<T, Cfg, true> k(k_bars, sK);
+      TmaProducerPipeline<T, Cfg, false> v(v_bars, sV);
+      uint32_t q_phase = 0;
+      for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+        const int m0 = (t % args.m_blocks) * Cfg::block_m();
+        const int pair = t / args.m_blocks;
+        const int head = pair % args.heads_q;
+        const int batch = pair / args.heads_q;
+        const int kv_head = head / args.group;
+        int n = n_blocks - 1;
+        // The first K may land while the consumers still read the previous tile's Q ...
+        k.load(&tm_k, n * N, kv_head, batch);
+        // ... Q only once every consumer warpgroup's last S of the previous tile retired (a fresh
+        // barrier passes parity 1 at once, as the rings' empty barriers).
+        mbarrier_wait(q_empty, q_phase ^ 1);
+        q_phase ^= 1;
+        mbarrier_arrive_expect_tx(q_full, Cfg::q_bytes());
+#pragma unroll
+        for (int c = 0; c < Cfg::chunks(); ++c) {
+          tma_load_4d(sQ + c * Cfg::chunk_bytes_q(), &tm_q, q_full, c * 64, m0, head, batch);
+        }
+        for (; n > 0; --n) {
+          k.load(&tm_k, (n - 1) * N, kv_head, batch);
+          v.load(&tm_v, n * N, kv_head, batch);
+        }
+        v.load(&tm_v, 0, kv_head, batch);
+      }
+    }
+  } else {
+    setmaxnreg_inc<Cfg::consumer_regs()>();
+    fwd_consumer_persistent<T, Cfg>(wg - 1, sQ, sO, q_full, q_empty, sK, sV, k_bars, v_bars, &tm_o, args, n_blocks,
+                                    num_tiles);
+  }
+}
+
 // Builds the tensor maps and launches one instantiation.
 template <class T, class Cfg, bool Causal>
 std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream) {
@@ -305,15 +636,52 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream) {
   args.group = int(p.heads_q / p.heads_kv);
   args.softmax_scale = p.softmax_scale;
   args.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  const int64_t m_blocks = (p.seq_q + Cfg::block_m() - 1) / Cfg::block_m();
+  args.m_blocks = int(m_blocks);
+  args.batch = int(p.batch);
+  args.lpt_section = 0;
+  dim3 grid(unsigned(m_blocks), unsigned(p.heads_q), unsigned(p.batch));
+  if (Cfg::lpt() && Causal && m_blocks * p.heads_q * p.batch <= INT_MAX) {
+    // Sections of (head, batch) pairs whose K and V (of their kv heads) fill about 32 MB of the
+    // 50 MB L2, at least one pair.
+    const int64_t kv_bytes_per_pair = std::max<int64_t>(1, p.seq_k * p.head_dim * 2 * 2 / (p.heads_q / p.heads_kv));
+    const int64_t pairs = p.heads_q * p.batch;
+    args.lpt_section = int(std::min<int64_t>(pairs, std::max<int64_t>(1, (int64_t(32) << 20) / kv_bytes_per_pair)));
+    grid = dim3(unsigned(m_blocks * pairs), 1, 1);
+  }
 
-  auto kernel = fwd_kernel<T, Cfg, Causal>;
+  auto kernel = [] {
+    if constexpr (Cfg::persist() && !Causal) {
+      return fwd_kernel_persistent<T, Cfg>;
+    } else {
+      return fwd_kernel<T, Cfg, Causal>;
+    }
+  }();
+  if constexpr (Cfg::persist() && !Causal) {
+    const int64_t tiles = m_blocks * p.heads_q * p.batch;
+    if (tiles > INT_MAX) return "too many query tiles (" + std::to_string(tiles) + ") for the persistent kernel";
+    int dev = 0, sms = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return std::string("device query: ") + cudaGetErrorString(e);
+    int64_t ctas = std::min<int64_t>(tiles, sms);
+    if (p.max_ctas > 0) ctas = std::min<int64_t>(ctas, p.max_ctas);
+    grid = dim3(unsigned(ctas), 1, 1);
+  }
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
   if (e != cudaSuccess) return std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e);
-  const dim3 grid(unsigned((p.seq_q + Cfg::block_m() - 1) / Cfg::block_m()), unsigned(p.heads_q), unsigned(p.batch));
   kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, to, args);
   e = cudaGetLastError();
   if (e != cudaSuccess) return std::string("forward kernel launch failed: ") + cudaGetErrorString(e);
   return {};
+}
+
+// bf16 only: the standalone harness's other variants (tests/gpu/cuda/fwd_variants_hd*.cu).
+template <int HeadDim, int Variant>
+std::string launch_fwd_head_dim_bf16(const FwdProblem& p, cudaStream_t stream) {
+  if (p.dtype != FwdDtype::kBf16) return "forward variant " + std::to_string(Variant) + " is built for bf16 only";
+  return p.causal ? launch_fwd_kernel<__nv_bfloat16, FwdConfig<HeadDim, true, Variant>, true>(p, stream)
+                  : launch_fwd_kernel<__nv_bfloat16, FwdConfig<HeadDim, false, Variant>, false>(p, stream);
 }
 
 template <int HeadDim>

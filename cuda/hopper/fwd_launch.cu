@@ -5,7 +5,19 @@
 
 namespace fa4::hopper {
 
-std::string launch_fwd(const FwdProblem& p, cudaStream_t stream) {
+namespace {
+std::string dispatch_head_dim(const FwdProblem& p, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64: return launch_fwd_hd64(p, stream);
+    case 128: return launch_fwd_hd128(p, stream);
+    default: return launch_fwd_hd256(p, stream);
+  }
+}
+}  // namespace
+
+std::string launch_fwd(const FwdProblem& p, cudaStream_t stream) { return launch_fwd_checked(p, stream, dispatch_head_dim); }
+
+std::string launch_fwd_checked(const FwdProblem& p, cudaStream_t stream, FwdDispatch dispatch) {
   auto s = [](int64_t v) { return std::to_string(v); };
   if (p.batch < 0 || p.seq_q < 0 || p.seq_k < 0 || p.heads_q < 0 || p.heads_kv < 0)
     return "negative dimension";
@@ -23,11 +35,7 @@ std::string launch_fwd(const FwdProblem& p, cudaStream_t stream) {
   for (const void* ptr : {p.q, p.k, p.v, static_cast<const void*>(p.o)}) {
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return "q, k, v and o must be 16-byte aligned for TMA";
   }
-  switch (p.head_dim) {
-    case 64: return launch_fwd_hd64(p, stream);
-    case 128: return launch_fwd_hd128(p, stream);
-    default: return launch_fwd_hd256(p, stream);
-  }
+  return dispatch(p, stream);
 }
 
 }  // namespace fa4::hopper

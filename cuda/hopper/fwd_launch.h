@@ -21,11 +21,20 @@ struct FwdProblem {
   FwdDtype dtype;
   float softmax_scale;
   bool causal;
+  // Persistent kernel variants only (fwd_config.cuh Persist; the standalone harness): at most this
+  // many CTAs instead of one per SM, so that small test problems run many tiles per CTA. 0: off.
+  int max_ctas = 0;
 };
 
 // Validates the problem and enqueues the kernel on `stream`. Returns an empty string on success,
 // else a message saying what was given and what is supported. Never aborts.
 std::string launch_fwd(const FwdProblem& p, cudaStream_t stream);
+
+// launch_fwd with `dispatch` in place of the head-dim dispatch to the library's kernels (after the
+// same validation and empty-problem handling): how the standalone harness runs the other kernel
+// variants (fwd_config.cuh; tests/gpu/cuda/fwd_variants_hd*.cu).
+using FwdDispatch = std::string (*)(const FwdProblem&, cudaStream_t);
+std::string launch_fwd_checked(const FwdProblem& p, cudaStream_t stream, FwdDispatch dispatch);
 
 // One per head dim (fwd_hd64.cu, ...): dispatch on dtype and causal. Called by launch_fwd.
 std::string launch_fwd_hd64(const FwdProblem& p, cudaStream_t stream);

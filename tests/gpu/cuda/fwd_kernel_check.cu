@@ -1,8 +1,13 @@
 // Standalone check of the Hopper forward kernel, no JAX involved: random inputs, outputs poisoned
 // with NaN before each launch, compared with a float64 CPU reference; then (--bench) kernel-only
-// timings on the FlashAttention-3 grid. Build (on the GPU machine; see run_fwd_check.sh):
+// timings on the FlashAttention-3 grid. --variants 0,1,... checks and times the kernel variants of
+// cuda/hopper/fwd_config.cuh side by side (the library's default for bf16 and fp16, the others bf16
+// only); --hd D restricts to one head dim, --seqs 2048,4096 the timed lengths; --max-ctas N caps
+// the persistent variants' grid in the correctness check (many tiles per CTA).
+// Build (on the GPU machine; see run_fwd_check.sh and cuda/hopper/run_fwd_variants.sh):
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda \
-//        -Xcompiler -fopenmp tests/gpu/cuda/fwd_kernel_check.cu cuda/hopper/*.cu -o fwd_check
+//        -Xcompiler -fopenmp tests/gpu/cuda/fwd_kernel_check.cu tests/gpu/cuda/fwd_variants_hd*.cu \
+//        cuda/hopper/*.cu -o fwd_check
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -16,11 +21,38 @@
 #include <string>
 #include <vector>
 
+#include "hopper/fwd_config.cuh"
 #include "hopper/fwd_launch.h"
 #include "check_util.h"
 
+namespace fa4::hopper {  // tests/gpu/cuda/fwd_variants_hd*.cu
+std::string launch_fwd_hd64_variant(const FwdProblem&, cudaStream_t, int variant);
+std::string launch_fwd_hd128_variant(const FwdProblem&, cudaStream_t, int variant);
+std::string launch_fwd_hd256_variant(const FwdProblem&, cudaStream_t, int variant);
+}  // namespace fa4::hopper
+
 using fa4::hopper::FwdDtype;
 using fa4::hopper::FwdProblem;
+
+// Kernel variants (cuda/hopper/fwd_config.cuh). The library's variant for a head dim is built for
+// bf16 and fp16, the others for bf16 only.
+static int g_variant = 0;
+static int g_max_ctas = 0;  // --max-ctas N: persistent variants run many tiles per CTA
+static bool variant_built(int d, bool bf16, int v) {
+  if (v == fa4::hopper::fwd_default_variant(d)) return true;
+  return bf16 && v >= 0 && v < fa4::hopper::fwd_variant_count(d);
+}
+static std::string dispatch_variant(const FwdProblem& p, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64: return fa4::hopper::launch_fwd_hd64_variant(p, stream, g_variant);
+    case 128: return fa4::hopper::launch_fwd_hd128_variant(p, stream, g_variant);
+    default: return fa4::hopper::launch_fwd_hd256_variant(p, stream, g_variant);
+  }
+}
+static std::string launch_variant(const FwdProblem& p, int variant) {
+  g_variant = variant;
+  return fa4::hopper::launch_fwd_checked(p, 0, dispatch_variant);
+}
 
 struct Case {
   int b, sq, sk, hq, hkv, d;
@@ -34,8 +66,9 @@ static std::string describe(const Case& c) {
   return buf;
 }
 
-// Returns true on pass. Checks every row when small, else a strided subset plus the last rows.
-static bool run_case(const Case& c, uint64_t seed, double* worst_ratio) {
+// Runs every built variant on one case; returns the number of failing variants. Checks every row
+// when small, else a strided subset plus the last rows; the float64 reference is computed once.
+static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std::vector<int>& variants, int* runs) {
   const size_t nq = size_t(c.b) * c.sq * c.hq * c.d, nk = size_t(c.b) * c.sk * c.hkv * c.d;
   std::vector<uint16_t> hq(nq), hk(nk), hv(nk);
   std::mt19937_64 rng(seed);
@@ -44,60 +77,24 @@ static bool run_case(const Case& c, uint64_t seed, double* worst_ratio) {
   for (auto& x : hk) x = to_bits(nd(rng), c.bf16);
   for (auto& x : hv) x = to_bits(nd(rng), c.bf16);
   const size_t nlse = size_t(c.b) * c.hq * c.sq;
-  void *dq, *dk, *dv, *dout;
-  float* dlse;
-  CHECK_CUDA(cudaMalloc(&dq, std::max<size_t>(nq, 1) * 2));
-  CHECK_CUDA(cudaMalloc(&dk, std::max<size_t>(nk, 1) * 2));
-  CHECK_CUDA(cudaMalloc(&dv, std::max<size_t>(nk, 1) * 2));
-  CHECK_CUDA(cudaMalloc(&dout, std::max<size_t>(nq, 1) * 2));
-  CHECK_CUDA(cudaMalloc(&dlse, std::max<size_t>(nlse, 1) * 4));
-  CHECK_CUDA(cudaMemcpy(dq, hq.data(), nq * 2, cudaMemcpyHostToDevice));
-  CHECK_CUDA(cudaMemcpy(dk, hk.data(), nk * 2, cudaMemcpyHostToDevice));
-  CHECK_CUDA(cudaMemcpy(dv, hv.data(), nk * 2, cudaMemcpyHostToDevice));
-  // Poison: 0xFFFF is NaN in bf16 and fp16, 0xFFFFFFFF is NaN in f32.
-  CHECK_CUDA(cudaMemset(dout, 0xFF, nq * 2));
-  CHECK_CUDA(cudaMemset(dlse, 0xFF, nlse * 4));
   const float scale = 1.f / std::sqrt(float(c.d));
-  FwdProblem p{dq, dk, dv, dout, dlse, c.b, c.sq, c.sk, c.hq, c.hkv, c.d,
-               c.bf16 ? FwdDtype::kBf16 : FwdDtype::kF16, scale, c.causal};
-  std::string err = fa4::hopper::launch_fwd(p, 0);
-  if (!err.empty()) {
-    std::printf("FAIL %s: launch error: %s\n", describe(c).c_str(), err.c_str());
-    return false;
-  }
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<uint16_t> ho(nq);
-  std::vector<float> hl(nlse);
-  CHECK_CUDA(cudaMemcpy(ho.data(), dout, nq * 2, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(hl.data(), dlse, nlse * 4, cudaMemcpyDeviceToHost));
 
-  // A second launch on re-poisoned outputs must give identical bits (a moving result is a race).
-  CHECK_CUDA(cudaMemset(dout, 0xFF, nq * 2));
-  CHECK_CUDA(cudaMemset(dlse, 0xFF, nlse * 4));
-  err = fa4::hopper::launch_fwd(p, 0);
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<uint16_t> ho2(nq);
-  std::vector<float> hl2(nlse);
-  CHECK_CUDA(cudaMemcpy(ho2.data(), dout, nq * 2, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(hl2.data(), dlse, nlse * 4, cudaMemcpyDeviceToHost));
-  const bool same = std::memcmp(ho.data(), ho2.data(), nq * 2) == 0 &&
-                    std::memcmp(hl.data(), hl2.data(), nlse * 4) == 0;
-  cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout); cudaFree(dlse);
-
-  size_t nonfinite = 0;
-  for (auto x : ho) nonfinite += !std::isfinite(from_bits(x, c.bf16));
+  // Reference for the checked rows: o (row-major [row][d]) and lse per (b, h, checked row).
   const int stride = (int64_t(c.sq) * c.sk > 2000000) ? 7 : 1;
   const int group = c.hq / c.hkv;
-  double max_err = 0, max_lse_err = 0;
-  size_t lse_bad = 0;
   std::vector<int> rows;
   for (int i = 0; i < c.sq; ++i)
     if (i % stride == 0 || i >= c.sq - 130) rows.push_back(i);
-#pragma omp parallel for collapse(2) reduction(max : max_err, max_lse_err) reduction(+ : lse_bad) schedule(dynamic)
+  const size_t nref = size_t(c.b) * c.hq * rows.size();
+  std::vector<double> ref_o(nref * c.d), ref_lse(nref);
+  std::vector<int> ref_limit(nref);
+#pragma omp parallel for collapse(2) schedule(dynamic)
   for (int bh = 0; bh < c.b * c.hq; ++bh) {
     for (size_t ri = 0; ri < rows.size(); ++ri) {
       const int bb = bh / c.hq, h = bh % c.hq, i = rows[ri], kvh = h / group;
+      const size_t r = size_t(bh) * rows.size() + ri;
       const int limit = c.causal ? std::min(c.sk, i + c.sk - c.sq + 1) : c.sk;
+      ref_limit[r] = limit;
       std::vector<double> sc(std::max(limit, 0));
       double m = -INFINITY;
       for (int j = 0; j < limit; ++j) {
@@ -114,39 +111,96 @@ static bool run_case(const Case& c, uint64_t seed, double* worst_ratio) {
         double acc = 0;
         for (int j = 0; j < limit; ++j)
           acc += sc[j] * double(from_bits(hv[((size_t(bb) * c.sk + j) * c.hkv + kvh) * c.d + t], c.bf16));
-        const double ref = limit > 0 ? acc / l : 0.0;
-        const double got = from_bits(ho[((size_t(bb) * c.sq + i) * c.hq + h) * c.d + t], c.bf16);
-        const double e = std::isfinite(got) ? std::fabs(got - ref) : 1e30;
-        max_err = std::max(max_err, e);
+        ref_o[r * c.d + t] = limit > 0 ? acc / l : 0.0;
       }
-      const double ref_lse = limit > 0 ? m + std::log(l) : -INFINITY;
-      const float got_lse = hl[(size_t(bb) * c.hq + h) * c.sq + i];
-      if (limit > 0) {
-        max_lse_err = std::max(max_lse_err, std::isfinite(got_lse) ? std::fabs(got_lse - ref_lse) : 1e30);
-      } else if (!(std::isinf(got_lse) && got_lse < 0)) {
-        lse_bad++;
-      }
+      ref_lse[r] = limit > 0 ? m + std::log(l) : -INFINITY;
     }
   }
-  size_t lse_nan = 0;
-  for (auto x : hl) lse_nan += std::isnan(x);
-  // Output rounding alone is 2^-9 (bf16) / 2^-12 (fp16) relative; P is rounded the same way.
-  const double tol = c.bf16 ? 2.5e-2 : 4e-3;
-  const bool pass = nonfinite == 0 && lse_nan == 0 && lse_bad == 0 && max_err <= tol &&
-                    max_lse_err <= 2e-3 && same;
-  *worst_ratio = std::max(*worst_ratio, max_err / tol);
-  std::printf("%s %-55s max|o-ref| %.3e (tol %.1e)  max|lse-ref| %.2e  nonfinite %zu  lse_nan %zu  empty-row-lse-bad %zu  %s\n",
-              pass ? "ok  " : "FAIL", describe(c).c_str(), max_err, tol, max_lse_err, nonfinite,
-              lse_nan, lse_bad, same ? "deterministic" : "NOT DETERMINISTIC");
-  return pass;
+
+  void *dq, *dk, *dv, *dout;
+  float* dlse;
+  CHECK_CUDA(cudaMalloc(&dq, std::max<size_t>(nq, 1) * 2));
+  CHECK_CUDA(cudaMalloc(&dk, std::max<size_t>(nk, 1) * 2));
+  CHECK_CUDA(cudaMalloc(&dv, std::max<size_t>(nk, 1) * 2));
+  CHECK_CUDA(cudaMalloc(&dout, std::max<size_t>(nq, 1) * 2));
+  CHECK_CUDA(cudaMalloc(&dlse, std::max<size_t>(nlse, 1) * 4));
+  CHECK_CUDA(cudaMemcpy(dq, hq.data(), nq * 2, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(dk, hk.data(), nk * 2, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(dv, hv.data(), nk * 2, cudaMemcpyHostToDevice));
+  FwdProblem p{dq, dk, dv, dout, dlse, c.b, c.sq, c.sk, c.hq, c.hkv, c.d,
+               c.bf16 ? FwdDtype::kBf16 : FwdDtype::kF16, scale, c.causal};
+  p.max_ctas = g_max_ctas;
+  int failures = 0;
+  for (int variant : variants) {
+    if (!variant_built(c.d, c.bf16, variant)) continue;
+    ++*runs;
+    std::vector<uint16_t> ho(nq), ho2(nq);
+    std::vector<float> hl(nlse), hl2(nlse);
+    bool launch_ok = true;
+    // Two launches on re-poisoned outputs must give identical bits (a moving result is a race).
+    // Poison: 0xFFFF is NaN in bf16 and fp16, 0xFFFFFFFF is NaN in f32.
+    for (int rep = 0; rep < 2 && launch_ok; ++rep) {
+      CHECK_CUDA(cudaMemset(dout, 0xFF, std::max<size_t>(nq, 1) * 2));
+      CHECK_CUDA(cudaMemset(dlse, 0xFF, std::max<size_t>(nlse, 1) * 4));
+      std::string err = launch_variant(p, variant);
+      if (!err.empty()) {
+        std::printf("FAIL v%d %s: launch error: %s\n", variant, describe(c).c_str(), err.c_str());
+        launch_ok = false;
+        break;
+      }
+      CHECK_CUDA(cudaDeviceSynchronize());
+      CHECK_CUDA(cudaMemcpy((rep ? ho2 : ho).data(), dout, nq * 2, cudaMemcpyDeviceToHost));
+      CHECK_CUDA(cudaMemcpy((rep ? hl2 : hl).data(), dlse, nlse * 4, cudaMemcpyDeviceToHost));
+    }
+    if (!launch_ok) {
+      ++failures;
+      continue;
+    }
+    const bool same = std::memcmp(ho.data(), ho2.data(), nq * 2) == 0 &&
+                      std::memcmp(hl.data(), hl2.data(), nlse * 4) == 0;
+    size_t nonfinite = 0;
+    for (auto x : ho) nonfinite += !std::isfinite(from_bits(x, c.bf16));
+    double max_err = 0, max_lse_err = 0;
+    size_t lse_bad = 0;
+    for (int bh = 0; bh < c.b * c.hq; ++bh) {
+      for (size_t ri = 0; ri < rows.size(); ++ri) {
+        const int bb = bh / c.hq, h = bh % c.hq, i = rows[ri];
+        const size_t r = size_t(bh) * rows.size() + ri;
+        for (int t = 0; t < c.d; ++t) {
+          const double got = from_bits(ho[((size_t(bb) * c.sq + i) * c.hq + h) * c.d + t], c.bf16);
+          max_err = std::max(max_err, std::isfinite(got) ? std::fabs(got - ref_o[r * c.d + t]) : 1e30);
+        }
+        const float got_lse = hl[(size_t(bb) * c.hq + h) * c.sq + i];
+        if (ref_limit[r] > 0) {
+          max_lse_err = std::max(max_lse_err, std::isfinite(got_lse) ? std::fabs(got_lse - ref_lse[r]) : 1e30);
+        } else if (!(std::isinf(got_lse) && got_lse < 0)) {
+          lse_bad++;
+        }
+      }
+    }
+    size_t lse_nan = 0;
+    for (auto x : hl) lse_nan += std::isnan(x);
+    // Output rounding alone is 2^-9 (bf16) / 2^-12 (fp16) relative; P is rounded the same way.
+    const double tol = c.bf16 ? 2.5e-2 : 4e-3;
+    const bool pass = nonfinite == 0 && lse_nan == 0 && lse_bad == 0 && max_err <= tol &&
+                      max_lse_err <= 2e-3 && same;
+    *worst_ratio = std::max(*worst_ratio, max_err / tol);
+    failures += !pass;
+    std::printf("%s v%d %-55s max|o-ref| %.3e (tol %.1e)  max|lse-ref| %.2e  nonfinite %zu  lse_nan %zu  empty-row-lse-bad %zu  %s\n",
+                pass ? "ok  " : "FAIL", variant, describe(c).c_str(), max_err, tol, max_lse_err, nonfinite,
+                lse_nan, lse_bad, same ? "deterministic" : "NOT DETERMINISTIC");
+    std::fflush(stdout);
+  }
+  cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout); cudaFree(dlse);
+  return failures;
 }
 
-static void bench() {
+static void bench(const std::vector<int>& seqs, const std::vector<int>& variants, const std::vector<int>& dims) {
   std::printf("\nkernel-only timing, FA3 grid (bf16, 16k tokens, hidden 2048), median of 20\n");
-  std::printf("%5s %7s %6s %6s %10s %9s\n", "hd", "causal", "seq", "batch", "ms", "TFLOP/s");
-  for (int d : {64, 128, 256}) {
+  std::printf("%5s %7s %6s %6s %7s %10s %9s\n", "hd", "causal", "seq", "batch", "variant", "ms", "TFLOP/s");
+  for (int d : dims) {
     for (int causal = 0; causal < 2; ++causal) {
-      for (int s : {512, 1024, 2048, 4096, 8192, 16384}) {
+      for (int s : seqs) {
         const int b = 16384 / s, h = 2048 / d;
         const size_t n = size_t(b) * s * h * d;
         void *q, *k, *v, *o;
@@ -167,21 +221,26 @@ static void bench() {
         cudaEvent_t e0, e1;
         cudaEventCreate(&e0);
         cudaEventCreate(&e1);
-        std::vector<float> ms;
-        for (int it = 0; it < 25; ++it) {
-          cudaEventRecord(e0);
-          std::string err = fa4::hopper::launch_fwd(p, 0);
-          cudaEventRecord(e1);
-          if (!err.empty()) { std::printf("launch error %s\n", err.c_str()); std::exit(3); }
-          CHECK_CUDA(cudaEventSynchronize(e1));
-          float t;
-          cudaEventElapsedTime(&t, e0, e1);
-          if (it >= 5) ms.push_back(t);
+        for (int variant : variants) {
+          if (!variant_built(d, true, variant)) continue;
+          std::vector<float> ms;
+          for (int it = 0; it < 25; ++it) {
+            cudaEventRecord(e0);
+            std::string err = launch_variant(p, variant);
+            cudaEventRecord(e1);
+            if (!err.empty()) { std::printf("launch error %s\n", err.c_str()); std::exit(3); }
+            CHECK_CUDA(cudaEventSynchronize(e1));
+            float t;
+            cudaEventElapsedTime(&t, e0, e1);
+            if (it >= 5) ms.push_back(t);
+          }
+          std::sort(ms.begin(), ms.end());
+          const double med = ms[ms.size() / 2];
+          const double flops = 4.0 * b * h * double(s) * s * d / (causal ? 2 : 1);
+          std::printf("%5d %7s %6d %6d %7d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, variant, med,
+                      flops / med / 1e9);
+          std::fflush(stdout);
         }
-        std::sort(ms.begin(), ms.end());
-        const double med = ms[ms.size() / 2];
-        const double flops = 4.0 * b * h * double(s) * s * d / (causal ? 2 : 1);
-        std::printf("%5d %7s %6d %6d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, med, flops / med / 1e9);
         cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse);
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
@@ -190,35 +249,90 @@ static void bench() {
   }
 }
 
+// The Lpt grid order (fwd_config.cuh lpt_tile_coord) must visit every (m block, head, batch) once,
+// and inside a section never a shorter m block before a longer one. Host only; returns failures.
+static int check_lpt_order() {
+  int bad = 0;
+  for (int m_blocks : {1, 2, 11, 16, 128})
+    for (int heads : {1, 3, 16, 32})
+      for (int batch : {1, 2, 8})
+        for (int section : {1, 2, 3, 5, 16, 64, 256}) {
+          if (section > heads * batch) continue;
+          const int total = m_blocks * heads * batch;
+          std::vector<int> seen(total, 0);
+          int prev_sec = -1, prev_m = 0;
+          for (int t = 0; t < total; ++t) {
+            const auto c = fa4::hopper::lpt_tile_coord(t, m_blocks, heads, batch, section);
+            const bool in_range = c.m_block >= 0 && c.m_block < m_blocks && c.head >= 0 && c.head < heads &&
+                                  c.batch >= 0 && c.batch < batch;
+            if (!in_range) { ++bad; continue; }
+            seen[(c.batch * heads + c.head) * m_blocks + c.m_block]++;
+            const int sec = (c.batch * heads + c.head) / section;
+            if (sec == prev_sec && c.m_block > prev_m) ++bad;  // longer after shorter inside a section
+            if (sec < prev_sec) ++bad;                            // sections in order
+            prev_sec = sec;
+            prev_m = c.m_block;
+          }
+          for (int x : seen) bad += x != 1;
+        }
+  std::printf("Lpt grid order: %s\n", bad ? "FAILED" : "every tile once, longest first inside each section");
+  return bad;
+}
+
+static std::vector<int> parse_list(const char* t) {  // "2048,4096" -> {2048, 4096}
+  std::vector<int> out;
+  for (; *t; t = std::strchr(t, ',') ? std::strchr(t, ',') + 1 : t + std::strlen(t)) out.push_back(std::atoi(t));
+  return out;
+}
+
 int main(int argc, char** argv) {
   bool do_bench = false, do_check = true;
+  std::vector<int> seqs = {512, 1024, 2048, 4096, 8192, 16384};
+  std::vector<int> only_d;
+  std::vector<int> variants = {fa4::hopper::fwd_default_variant(64)};  // the library's kernels
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--bench")) do_bench = true;
     if (!std::strcmp(argv[i], "--no-check")) do_check = false;
+    if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
+    if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = parse_list(argv[++i]);
+    if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) variants = parse_list(argv[++i]);
+    if (!std::strcmp(argv[i], "--max-ctas") && i + 1 < argc) g_max_ctas = std::atoi(argv[++i]);
   }
-  int failures = 0, total = 0;
+  int device = 0, major = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major != 9) {
+    std::printf("needs a Hopper GPU (sm_90a)\n");
+    return 2;
+  }
+  const std::vector<int> dims = only_d.empty() ? std::vector<int>{64, 128, 256} : only_d;
+  int failures = check_lpt_order() != 0, total = 0;
   double worst = 0;
   if (do_check) {
+    // b, sq, sk, hq, hkv. sk = -1: long keys so that the Lpt variants' (head, batch) sections are
+    // 3 pairs of the 4 (sections 3, 1: 32 MB / (sk * d * 4 bytes / group) = 3).
     const Case shapes[] = {
         {1, 1, 1, 1, 1, 0, true, false},      {3, 17, 17, 2, 1, 0, true, false},
         {1, 127, 127, 4, 2, 0, true, false},  {2, 1000, 1000, 2, 2, 0, true, false},
         {1, 3000, 3000, 1, 1, 0, true, false}, {1, 200, 1000, 8, 1, 0, true, false},
         {1, 1000, 200, 4, 4, 0, true, false}, {1, 5, 0, 2, 1, 0, true, false},
-        {2, 300, 301, 8, 8, 0, true, false},
+        {2, 300, 301, 8, 8, 0, true, false},  {1, 385, 700, 2, 1, 0, true, false},
+        {1, 200, -1, 4, 4, 0, true, false},
     };
     uint64_t seed = 1;
-    for (int d : {64, 128, 256})
+    for (int d : dims)
       for (int bf16 = 1; bf16 >= 0; --bf16)
         for (int causal = 0; causal < 2; ++causal)
           for (Case c : shapes) {
             c.d = d;
             c.bf16 = bf16;
             c.causal = causal;
-            ++total;
-            failures += !run_case(c, seed++, &worst);
+            if (c.sk < 0) c.sk = 40000 * 64 / d;
+            failures += run_case(c, seed++, &worst, variants, &total);
           }
-    std::printf("\n%d/%d cases passed; worst max-error / tolerance = %.3f\n", total - failures, total, worst);
+    std::printf("\n%d/%d cases passed (case x variant runs); worst max-error / tolerance = %.3f\n", total - failures,
+                total, worst);
   }
-  if (do_bench) bench();
+  if (do_bench) bench(seqs, variants, dims);
   return failures == 0 ? 0 : 1;
 }

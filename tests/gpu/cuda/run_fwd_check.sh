@@ -5,7 +5,7 @@ set -o pipefail
 OUT=${OUT:-/tmp/fwd_out}
 mkdir -p "$OUT" build/fwd_check
 NVCC_FLAGS="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo -Icuda"
-for f in cuda/hopper/*.cu tests/gpu/cuda/fwd_kernel_check.cu; do
+for f in cuda/hopper/fwd_*.cu cuda/hopper/tensor_map.cu tests/gpu/cuda/fwd_variants_hd*.cu tests/gpu/cuda/fwd_kernel_check.cu; do
   nvcc $NVCC_FLAGS -Xcompiler -fopenmp -Xptxas -v -c "$f" -o build/fwd_check/$(basename "$f" .cu).o \
     > build/fwd_check/$(basename "$f" .cu).log 2>&1 &
 done

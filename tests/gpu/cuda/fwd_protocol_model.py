@@ -1,0 +1,424 @@
+"""Random-interleaving model of the forward kernel's synchronisation (no GPU needed).
+
+Models one CTA of cuda/hopper/fwd_kernel.cuh: the producer thread's K/V TMA ring (kv_stages
+stages, full barriers completed by the TMA some time after issue, empty barriers counting one
+arrival per consumer warpgroup, parity waits), and W consumer warpgroups passing the issue token
+around named barriers of 2 warpgroups each, each warpgroup computing key blocks
+[0, n_mine) and (WgSkip variants) skipping [n_mine, n_blocks) with only the token hand-over and
+the stage releases. Checks, over many random schedules: no deadlock, no named barrier over-arrived,
+every computed block reads the K/V tile of that block, and the producer never refills a stage
+while a consumer still reads it.  Second model (simulate_persistent): the Persist variants' kernel, several tiles per CTA with
+the Q-full / Q-empty barriers and the O buffer.  Run: python3 tests/gpu/cuda/fwd_protocol_model.py
+"""
+import itertools
+import random
+
+
+class MBar:
+    def __init__(self, count):
+        self.count, self.pending, self.phase = count, count, 0  # phase = completed phases
+
+    def arrive(self):
+        self.pending -= 1
+        assert self.pending >= 0
+        if self.pending == 0:
+            self.phase += 1
+            self.pending = self.count
+
+    def done(self, parity):  # try_wait.parity: the phase with this parity has completed
+        return self.phase % 2 != parity
+
+
+class NamedBar:
+    def __init__(self, count):
+        self.count, self.arrived, self.gen = count, 0, 0
+
+    def arrive(self):
+        self.arrived += 1
+        assert self.arrived <= self.count, "named barrier over-arrived"
+        if self.arrived == self.count:
+            self.arrived = 0
+            self.gen += 1
+
+
+def simulate(W, n_blocks, n_mine, stages, rng):
+    full = {r: [MBar(1) for _ in range(stages)] for r in "KV"}
+    empty = {r: [MBar(W) for _ in range(stages)] for r in "KV"}
+    content = {r: [None] * stages for r in "KV"}
+    readers = {r: [set() for _ in range(stages)] for r in "KV"}
+    inflight = []  # (ring, stage, block): TMA issued, not landed
+    sched = [NamedBar(2) for _ in range(W)]
+
+    def producer():
+        ph = {"K": 0, "V": 0}
+        st = {"K": 0, "V": 0}
+
+        def load(r, blk):
+            s = st[r]
+            while not empty[r][s].done(ph[r] ^ 1):
+                yield
+            assert not readers[r][s], f"producer refills {r} stage {s} while read by {readers[r][s]}"
+            content[r][s] = ("pending", blk)
+            full_bar = full[r][s]
+            inflight.append((r, s, blk))
+            st[r] += 1
+            if st[r] == stages:
+                st[r] = 0
+                ph[r] ^= 1
+            yield
+
+        if n_blocks == 0:
+            return
+        n = n_blocks - 1
+        yield from load("K", n)
+        while n > 0:
+            yield from load("K", n - 1)
+            yield from load("V", n)
+            n -= 1
+        yield from load("V", 0)
+
+    def consumer(c):
+        st = {"K": 0, "V": 0}
+        ph = {"K": 0, "V": 0}
+
+        def adv(r):
+            st[r] += 1
+            if st[r] == stages:
+                st[r] = 0
+                ph[r] ^= 1
+
+        def sync(b):
+            bar = sched[b]
+            g = bar.gen
+            bar.arrive()
+            while bar.gen == g:
+                yield
+
+        def wait_full(r, blk):
+            s = st[r]
+            while not full[r][s].done(ph[r]):
+                yield
+            assert content[r][s] == blk, f"WG{c} expected {r}({blk}) in stage {s}, found {content[r][s]}"
+            readers[r][s].add(c)
+
+        def release(r, reading):
+            s = st[r]
+            if reading:
+                readers[r][s].discard(c)
+            empty[r][s].arrive()
+            adv(r)
+
+        mine, nxt = c, (c + 1) % W
+        if c == W - 1:
+            sched[0].arrive()
+            yield
+        nm = n_mine[c]
+        # Skipped blocks: token hand-over, and each stage waited on (full) before it is released,
+        # like a consumer that reads nothing. Without the wait a skipping warpgroup can arrive for a
+        # stage's next lap before a slower warpgroup's arrival for this lap (V(0) and V(2) are
+        # released only one token step apart); the first two versions of the kernel had that bug
+        # (one released V(n_mine) a step early, one released V(0) of a skipped tile unwaited in the
+        # persistent kernel) and this model caught both.
+        for n in range(n_blocks - 1, nm - 1, -1):
+            yield from sync(mine)
+            sched[nxt].arrive()
+            yield
+            yield from wait_full("K", n)
+            release("K", True)
+            if n + 1 < n_blocks:
+                yield from wait_full("V", n + 1)
+                release("V", True)
+            yield
+        if nm < n_blocks:  # V(n_mine), whose PV the first computed block would have issued
+            yield from wait_full("V", nm)
+            release("V", True)
+        if nm > 0:
+            n = nm - 1
+            yield from sync(mine)
+            yield from wait_full("K", n)
+            sched[nxt].arrive()
+            yield
+            release("K", True)
+            yield
+            for n in range(nm - 2, -1, -1):
+                yield from sync(mine)
+                yield from wait_full("K", n)
+                yield from wait_full("V", n + 1)
+                sched[nxt].arrive()
+                yield
+                release("K", True)
+                yield
+                release("V", True)
+                yield
+            yield from wait_full("V", 0)
+            yield
+            release("V", True)
+        if c == 0:
+            yield from sync(0)  # balances the first token
+
+    threads = {"P": producer()}
+    for c in range(W):
+        threads[c] = consumer(c)
+    alive = dict(threads)
+    steps = 0
+    while alive or inflight:
+        steps += 1
+        assert steps < 100000
+        # A TMA may land at any time.
+        if inflight and rng.random() < 0.3:
+            r, s, blk = inflight.pop(rng.randrange(len(inflight)))
+            content[r][s] = blk
+            full[r][s].arrive()
+            continue
+        if not alive:
+            continue
+        # Try threads in random order until one makes progress (a generator step always "progresses";
+        # deadlock shows as every thread spinning: detect by a step budget of spins with no state change).
+        name = rng.choice(list(alive))
+        try:
+            next(alive[name])
+        except StopIteration:
+            del alive[name]
+        if steps > 50000:
+            raise AssertionError(f"deadlock? alive {list(alive)}")
+    for b in sched:
+        assert b.arrived == 0, "named barrier left half-arrived"
+
+
+def main():
+    rng = random.Random(1)
+    runs = 0
+    for W in (2, 3):
+        for n_blocks in range(0, 7):
+            choices = range(0, n_blocks + 1)
+            for n_mine in itertools.product(choices, repeat=W):
+                # The warpgroup with the tile's last valid row needs every block; n_mine is
+                # non-decreasing in c except for warpgroups wholly past seq_q (they get n_blocks).
+                if n_blocks and max(n_mine) != n_blocks:
+                    continue
+                if n_blocks == 0 and any(n_mine):
+                    continue
+                for stages in (2, 3):
+                    for _ in range(20):
+                        simulate(W, n_blocks, list(n_mine), stages, rng)
+                        runs += 1
+    print(f"protocol model: {runs} random schedules, no deadlock, no race, every block read its own tile")
+
+
+
+def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=False):
+    """fwd_kernel_persistent: tiles of n_blocks each through one CTA; Q-full/Q-empty barriers, the
+    K/V rings and the issue-token ring run on across tiles; O through its own buffer per warpgroup
+    with the bulk store's read awaited before the next rewrite, or (o_in_q) through the warpgroup's
+    Q rows, with Q-empty arrived only after the store has read them. skip: on each tile a random
+    subset of the warpgroups other than the first computes nothing (WgSkip; in the kernel it is
+    those whose rows are all past seq_q, i.e. the last ones: a special case)."""
+    # computing[t][c]: warpgroup c computes tile t (the first always: it holds a valid row).
+    computing = [[c < (rng.randint(1, W) if skip else W) for c in range(W)] for _ in range(tiles)]
+    full = {r: [MBar(1) for _ in range(stages)] for r in "KV"}
+    empty = {r: [MBar(W) for _ in range(stages)] for r in "KV"}
+    content = {r: [None] * stages for r in "KV"}
+    readers = {r: [set() for _ in range(stages)] for r in "KV"}
+    q_full, q_empty = MBar(1), MBar(W)
+    q = {"content": None, "readers": set()}
+    o_buf = [{"store_reading": False} for _ in range(W)]
+    inflight = []  # ("K"/"V", stage, (tile, blk)) or ("Q", None, tile) or ("O", c, tile)
+    sched = [NamedBar(2) for _ in range(W)]
+
+    def producer():
+        ph = {"K": 0, "V": 0}
+        st = {"K": 0, "V": 0}
+
+        def load(r, tag):
+            s = st[r]
+            while not empty[r][s].done(ph[r] ^ 1):
+                yield
+            assert not readers[r][s], f"producer refills {r} stage {s} while read by {readers[r][s]}"
+            content[r][s] = ("pending", tag)
+            inflight.append((r, s, tag))
+            st[r] += 1
+            if st[r] == stages:
+                st[r] = 0
+                ph[r] ^= 1
+            yield
+
+        if n_blocks == 0:
+            return
+        q_phase = 0
+        for t in range(tiles):
+            n = n_blocks - 1
+            yield from load("K", (t, n))
+            while not q_empty.done(q_phase ^ 1):
+                yield
+            q_phase ^= 1
+            assert not q["readers"], f"Q of tile {t} loaded while read by {q['readers']}"
+            assert not any(b["store_reading"] for b in o_buf) or not o_in_q, f"Q of tile {t} loaded while an O store reads it"
+            q["content"] = ("pending", t)
+            inflight.append(("Q", None, t))
+            yield
+            while n > 0:
+                yield from load("K", (t, n - 1))
+                yield from load("V", (t, n))
+                n -= 1
+            yield from load("V", (t, 0))
+
+    def consumer(c):
+        st = {"K": 0, "V": 0}
+        ph = {"K": 0, "V": 0}
+
+        def adv(r):
+            st[r] += 1
+            if st[r] == stages:
+                st[r] = 0
+                ph[r] ^= 1
+
+        def sync(b):
+            bar = sched[b]
+            g = bar.gen
+            bar.arrive()
+            while bar.gen == g:
+                yield
+
+        def wait_full(r, tag, reads_q=True):
+            s = st[r]
+            while not full[r][s].done(ph[r]):
+                yield
+            assert content[r][s] == tag, f"WG{c} expected {r}{tag} in stage {s}, found {content[r][s]}"
+            readers[r][s].add(c)
+            if r == "K" and reads_q:  # S = Q K^T of this block reads Q too
+                assert q["content"] == tag[0], f"WG{c} S of tile {tag[0]} found Q {q['content']}"
+
+        def release(r):
+            s = st[r]
+            readers[r][s].discard(c)
+            empty[r][s].arrive()
+            adv(r)
+
+        mine, nxt = c, (c + 1) % W
+        q_phase = 0
+        if c == W - 1:
+            sched[0].arrive()
+            yield
+        for t in range(tiles):
+            if n_blocks > 0 and not computing[t][c]:
+                while not q_full.done(q_phase):
+                    yield
+                q_phase ^= 1
+                if not o_in_q:
+                    q_empty.arrive()
+                else:
+                    q["readers"].add(c)  # its O rows overlay Q until the store has read them
+                for n in range(n_blocks - 1, -1, -1):
+                    yield from sync(mine)
+                    sched[nxt].arrive()
+                    yield
+                    yield from wait_full("K", (t, n), reads_q=False)
+                    release("K")
+                    if n + 1 < n_blocks:
+                        yield from wait_full("V", (t, n + 1))
+                        release("V")
+                    yield
+                yield from wait_full("V", (t, 0))
+                release("V")
+            elif n_blocks > 0:
+                while not q_full.done(q_phase):
+                    yield
+                q_phase ^= 1
+                assert q["content"] == t, f"WG{c} tile {t} found Q {q['content']}"
+                q["readers"].add(c)
+                n = n_blocks - 1
+                yield from sync(mine)
+                yield from wait_full("K", (t, n))
+                sched[nxt].arrive()
+                yield
+                release("K")
+                if n == 0 and not o_in_q:
+                    q["readers"].discard(c)
+                    q_empty.arrive()
+                yield
+                for n in range(n_blocks - 2, -1, -1):
+                    yield from sync(mine)
+                    yield from wait_full("K", (t, n))
+                    yield from wait_full("V", (t, n + 1))
+                    sched[nxt].arrive()
+                    yield
+                    release("K")
+                    if n == 0 and not o_in_q:
+                        q["readers"].discard(c)
+                        q_empty.arrive()
+                    yield
+                    release("V")
+                    yield
+                yield from wait_full("V", (t, 0))
+                yield
+                release("V")
+            # Epilogue: wait for the previous store's read of this warpgroup's O rows, rewrite, store.
+            if o_in_q:
+                # O over this warpgroup's own Q rows: this tile's Q must still be there (no other
+                # warpgroup's arrival can have released it), and stays "read" until the store read it.
+                assert n_blocks == 0 or q["content"] == t, f"WG{c} writes O of tile {t} over Q {q['content']}"
+            while o_buf[c]["store_reading"]:
+                yield
+            yield
+            assert not o_buf[c]["store_reading"], f"WG{c} rewrites its O rows while the last store reads them"
+            o_buf[c]["store_reading"] = True
+            inflight.append(("O", c, t))
+            yield
+            if o_in_q and n_blocks > 0:
+                while o_buf[c]["store_reading"]:
+                    yield
+                q["readers"].discard(c)
+                q_empty.arrive()
+        while o_buf[c]["store_reading"]:
+            yield
+        if c == 0:
+            yield from sync(0)
+
+    alive = {"P": producer()}
+    for c in range(W):
+        alive[c] = consumer(c)
+    steps = 0
+    while alive or inflight:
+        steps += 1
+        if inflight and rng.random() < 0.3:
+            r, s, tag = inflight.pop(rng.randrange(len(inflight)))
+            if r == "Q":
+                q["content"] = tag
+                q_full.arrive()
+            elif r == "O":
+                o_buf[s]["store_reading"] = False
+            else:
+                content[r][s] = tag
+                full[r][s].arrive()
+            continue
+        if not alive:
+            continue
+        name = rng.choice(list(alive))
+        try:
+            next(alive[name])
+        except StopIteration:
+            del alive[name]
+        if steps > 200000:
+            raise AssertionError(f"deadlock? alive {list(alive)}")
+    for b in sched:
+        assert b.arrived == 0, "named barrier left half-arrived"
+
+
+def main_persistent():
+    rng = random.Random(2)
+    runs = 0
+    for W in (2, 3):
+        for n_blocks in range(0, 5):
+            for tiles in (1, 2, 3, 5):
+                for stages in (2, 3):
+                    for o_in_q in (False, True):
+                        for skip in (False, True):
+                            for _ in range(30):
+                                simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q, skip)
+                                runs += 1
+    print(f"persistent protocol model: {runs} random schedules, no deadlock, no race, every tile read its own Q/K/V")
+
+
+if __name__ == "__main__":
+    main()
+    main_persistent()

@@ -1,0 +1,33 @@
+// The standalone harness's extra forward kernel variants for head dim 64 (bf16 only; the library,
+// cuda/hopper/fwd_hd64.cu, builds fwd_default_variant(64) for bf16 and fp16). Not part of the pip
+// build: CMake globs cuda/hopper/*.cu only. Variants: fwd_config.cuh.
+#include "hopper/fwd_kernel.cuh"
+
+namespace fa4::hopper {
+namespace {
+// The default variant is the library's instantiation (bf16 and fp16, fwd_hd64.cu); not built twice.
+template <int V>
+std::string run(const FwdProblem& p, cudaStream_t stream) {
+  if constexpr (V == fwd_default_variant(64)) {
+    return launch_fwd_hd64(p, stream);
+  } else {
+    return launch_fwd_head_dim_bf16<64, V>(p, stream);
+  }
+}
+}  // namespace
+
+std::string launch_fwd_hd64_variant(const FwdProblem& p, cudaStream_t stream, int variant) {
+  static_assert(fwd_variant_count(64) == 8, "keep this switch in step with fwd_config.cuh");
+  switch (variant) {
+    case 0: return run<0>(p, stream);
+    case 1: return run<1>(p, stream);
+    case 2: return run<2>(p, stream);
+    case 3: return run<3>(p, stream);
+    case 4: return run<4>(p, stream);
+    case 5: return run<5>(p, stream);
+    case 6: return run<6>(p, stream);
+    case 7: return run<7>(p, stream);
+    default: return "hd64 has no forward variant " + std::to_string(variant);
+  }
+}
+}  // namespace fa4::hopper
