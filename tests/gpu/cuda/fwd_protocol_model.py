@@ -10,6 +10,7 @@ every computed block reads the K/V tile of that block, and the producer never re
 while a consumer still reads it.  Second model (simulate_persistent): the Persist variants' kernel, several tiles per CTA with
 the Q-full / Q-empty barriers and the O buffer.  Run: python3 tests/gpu/cuda/fwd_protocol_model.py
 """
+
 import itertools
 import random
 
@@ -57,9 +58,10 @@ def simulate(W, n_blocks, n_mine, stages, rng):
             s = st[r]
             while not empty[r][s].done(ph[r] ^ 1):
                 yield
-            assert not readers[r][s], f"producer refills {r} stage {s} while read by {readers[r][s]}"
+            assert not readers[r][s], (
+                f"producer refills {r} stage {s} while read by {readers[r][s]}"
+            )
             content[r][s] = ("pending", blk)
-            full_bar = full[r][s]
             inflight.append((r, s, blk))
             st[r] += 1
             if st[r] == stages:
@@ -98,7 +100,9 @@ def simulate(W, n_blocks, n_mine, stages, rng):
             s = st[r]
             while not full[r][s].done(ph[r]):
                 yield
-            assert content[r][s] == blk, f"WG{c} expected {r}({blk}) in stage {s}, found {content[r][s]}"
+            assert content[r][s] == blk, (
+                f"WG{c} expected {r}({blk}) in stage {s}, found {content[r][s]}"
+            )
             readers[r][s].add(c)
 
         def release(r, reading):
@@ -202,8 +206,9 @@ def main():
                     for _ in range(20):
                         simulate(W, n_blocks, list(n_mine), stages, rng)
                         runs += 1
-    print(f"protocol model: {runs} random schedules, no deadlock, no race, every block read its own tile")
-
+    print(
+        f"protocol model: {runs} random schedules, no deadlock, no race, every block read its own tile"
+    )
 
 
 def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=False):
@@ -233,7 +238,9 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
             s = st[r]
             while not empty[r][s].done(ph[r] ^ 1):
                 yield
-            assert not readers[r][s], f"producer refills {r} stage {s} while read by {readers[r][s]}"
+            assert not readers[r][s], (
+                f"producer refills {r} stage {s} while read by {readers[r][s]}"
+            )
             content[r][s] = ("pending", tag)
             inflight.append((r, s, tag))
             st[r] += 1
@@ -252,7 +259,9 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
                 yield
             q_phase ^= 1
             assert not q["readers"], f"Q of tile {t} loaded while read by {q['readers']}"
-            assert not any(b["store_reading"] for b in o_buf) or not o_in_q, f"Q of tile {t} loaded while an O store reads it"
+            assert not any(b["store_reading"] for b in o_buf) or not o_in_q, (
+                f"Q of tile {t} loaded while an O store reads it"
+            )
             q["content"] = ("pending", t)
             inflight.append(("Q", None, t))
             yield
@@ -283,7 +292,9 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
             s = st[r]
             while not full[r][s].done(ph[r]):
                 yield
-            assert content[r][s] == tag, f"WG{c} expected {r}{tag} in stage {s}, found {content[r][s]}"
+            assert content[r][s] == tag, (
+                f"WG{c} expected {r}{tag} in stage {s}, found {content[r][s]}"
+            )
             readers[r][s].add(c)
             if r == "K" and reads_q:  # S = Q K^T of this block reads Q too
                 assert q["content"] == tag[0], f"WG{c} S of tile {tag[0]} found Q {q['content']}"
@@ -356,11 +367,15 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
             if o_in_q:
                 # O over this warpgroup's own Q rows: this tile's Q must still be there (no other
                 # warpgroup's arrival can have released it), and stays "read" until the store read it.
-                assert n_blocks == 0 or q["content"] == t, f"WG{c} writes O of tile {t} over Q {q['content']}"
+                assert n_blocks == 0 or q["content"] == t, (
+                    f"WG{c} writes O of tile {t} over Q {q['content']}"
+                )
             while o_buf[c]["store_reading"]:
                 yield
             yield
-            assert not o_buf[c]["store_reading"], f"WG{c} rewrites its O rows while the last store reads them"
+            assert not o_buf[c]["store_reading"], (
+                f"WG{c} rewrites its O rows while the last store reads them"
+            )
             o_buf[c]["store_reading"] = True
             inflight.append(("O", c, t))
             yield
@@ -416,7 +431,9 @@ def main_persistent():
                             for _ in range(30):
                                 simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q, skip)
                                 runs += 1
-    print(f"persistent protocol model: {runs} random schedules, no deadlock, no race, every tile read its own Q/K/V")
+    print(
+        f"persistent protocol model: {runs} random schedules, no deadlock, no race, every tile read its own Q/K/V"
+    )
 
 
 if __name__ == "__main__":
