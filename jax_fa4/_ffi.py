@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import jax
+from jaxlib import xla_client
 
 try:
     from jax_fa4 import _jax_fa4_ext
@@ -21,6 +23,13 @@ FWD_TARGET = "jax_fa4_fwd_{platform}"
 _XLA_PLATFORM = {"cpu": "cpu", "cuda": "CUDA"}
 BWD_TARGET = "jax_fa4_bwd_{platform}"
 
+# Whether the CUDA handlers are registered as command-buffer compatible, so that XLA may record
+# them into the CUDA graphs it replays for a jitted program (as it does for its own cuDNN
+# attention) instead of launching them one by one. Off by default until it is measured and tested
+# on a GPU (cuda/hopper/NOTES.md, "the 2k gap"); JAX_FA4_FFI_COMMAND_BUFFER=1 at import turns it on.
+COMMAND_BUFFER_ENV = "JAX_FA4_FFI_COMMAND_BUFFER"
+COMMAND_BUFFER: bool = os.environ.get(COMMAND_BUFFER_ENV, "").strip() == "1"
+
 
 @functools.cache
 def registered_targets() -> dict[str, frozenset[str]]:
@@ -28,8 +37,13 @@ def registered_targets() -> dict[str, frozenset[str]]:
     out: dict[str, frozenset[str]] = {}
     registrations = _jax_fa4_ext.registrations()
     for platform, targets in registrations.items():
+        traits = xla_client.CustomCallTargetTraits.DEFAULT
+        if platform == "cuda" and COMMAND_BUFFER:
+            traits = xla_client.CustomCallTargetTraits.COMMAND_BUFFER_COMPATIBLE
         for name, capsule in targets.items():
-            jax.ffi.register_ffi_target(name, capsule, platform=_XLA_PLATFORM[platform])
+            jax.ffi.register_ffi_target(
+                name, capsule, platform=_XLA_PLATFORM[platform], traits=traits
+            )
         out[platform] = out.get(platform, frozenset()) | frozenset(targets)
     return out
 
