@@ -116,7 +116,7 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //          non-causal; causal as 0)   8 = 128x160 + Persist with an O buffer (non-causal; 226 KB of
 //          shared memory; causal as 0)
 //          fwd v5 (FA4 softmax tricks, all on variant 0's tile):
-//          8 = 0 + CondRescale   9 = 0 + Exp2Emu 1/4   10 = 0 + both (1/4)   11 = 0 + both (3/8)
+//          8 = 0 + CondRescale   9 = 0 + Exp2Emu 1/4   10 = 0 + both (1/4)   11 = 0 + both (1/8)
 //   hd128: fwd v5 on variant 0's tile: 9 = 0 + CondRescale   10 = 0 + Exp2Emu 1/4
 //          11 = 0 + both (1/4)   12 = 0 + both (1/8)
 //   hd256: 0 = 128x80 (v2)   1 = 0 + WgSkip + Lpt   2 = 128x64   3 = 0 + KWaitFirst
@@ -139,7 +139,7 @@ struct FwdConfig<64, Causal, V>
               /*WgSkip=*/V == 2 || V == 3 || V == 7, /*Lpt=*/V == 2 || V == 4 || V == 7,
               /*KWaitFirst=*/V == 2 || V == 3 || V == 5 || V == 7, /*Persist=*/(V == 6 || V == 7) && !Causal,
               /*OInQ=*/false, /*CondRescale=*/V == 8 || V == 10 || V == 11,
-              /*Exp2EmuEighths=*/V == 9 || V == 10 ? 2 : V == 11 ? 3 : 0> {
+              /*Exp2EmuEighths=*/V == 9 || V == 10 ? 2 : V == 11 ? 1 : 0> {
   static_assert(V >= 0 && V <= 11, "hd64 variants are 0..11");
 };
 
