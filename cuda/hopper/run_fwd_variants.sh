@@ -9,7 +9,8 @@
 # (clock drift over the sequence), and a table of each variant relative to variant 0.
 # FWD_BENCH_ALL=1 also times the session-2 (fwd v4) variants, which measured no better than v2.
 # No pip install, no pytest, no JAX. Target: < 3 minutes (build ~30 s, checks ~30-60 s, timings
-# ~30 s); worst case (every stage timing out, one head dim's variants isolated) ~9 minutes.
+# ~30 s); worst case (every stage timing out, one head dim's variants isolated) ~10 minutes, so
+# the timings of a head dim are skipped once 480 s have passed (summary.txt is written as it goes).
 # Output: $OUT/summary.txt (everything that matters) and $OUT/logs.tgz (full logs).
 set -o pipefail
 OUT=${OUT:-/tmp/fwd_var_out}
@@ -97,6 +98,7 @@ done
 stamp "kernel-only TFLOP/s, bf16, FA3 grid, median of 20"
 for d in 64 128 256; do
   VS=$(bench_variants_of $d)
+  if [ $((SECONDS - T0)) -gt 480 ]; then stamp "bench hd$d skipped (480 s passed)"; continue; fi
   timeout 60 $LOG/fwd_check --no-check --bench --hd $d --seqs 2048,4096,16384 --variants "${VS// /,}" > $LOG/bench_hd$d.txt 2>&1
   rc=$?
   grep -E "^ +(64|128|256) " $LOG/bench_hd$d.txt | tee -a "$S"
