@@ -19,9 +19,14 @@ namespace fa4::hopper {
 // loads overlap this tile's last PV and epilogue (fwd_kernel_persistent). OInQ (with Persist, for
 // tiles that leave no room for an O buffer): O staged in the Q buffer as in v2, so only the K/V
 // loads overlap the epilogue; the next Q waits for every warpgroup's O store to have read it.
+// CondRescale (fwd v5, FA4): a row's running max moves only when it grows by more than 2^8
+// (kRescaleThresholdLog2, fwd_softmax.cuh); a warp skips the O *= scale multiply when none of its
+// rows moved (__any_sync vote; per-row state, so exact). Exp2EmuEighths (fwd v5, FA4): that many of
+// every 8 exp2s of P run as a polynomial on the FMA pipe (exp2_poly) instead of MUFU.EX2.
 template <int HeadDim, int ConsumerWarpgroups, int BlockN, int KvStages, int QkStages,
           int ProducerRegs, int ConsumerRegs, bool WgSkip = false, bool Lpt = false,
-          bool KWaitFirst = WgSkip, bool Persist = false, bool OInQ = false>
+          bool KWaitFirst = WgSkip, bool Persist = false, bool OInQ = false,
+          bool CondRescale = false, int Exp2EmuEighths = 0>
 struct FwdTile {
   // Rows of Q per consumer warpgroup: one wgmma m64 row block.
   static constexpr int rows_per_warpgroup() { return 64; }
@@ -38,6 +43,8 @@ struct FwdTile {
   static constexpr bool k_wait_first() { return KWaitFirst; }
   static constexpr bool persist() { return Persist; }
   static constexpr bool o_in_q() { return OInQ; }
+  static constexpr bool cond_rescale() { return CondRescale; }
+  static constexpr int exp2_emu_eighths() { return Exp2EmuEighths; }
   // One producer warpgroup (a single warp issues TMA; the rest only give registers back).
   static constexpr int threads() { return 128 * (1 + ConsumerWarpgroups); }
   // TMA boxes and 128B-swizzle atoms are 64 two-byte columns wide.
@@ -70,6 +77,7 @@ struct FwdTile {
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
   static_assert(KWaitFirst || !WgSkip, "WgSkip needs KWaitFirst (C7520: serialized wgmma otherwise)");
   static_assert(Persist || !OInQ, "OInQ is a layout of the persistent kernel");
+  static_assert(Exp2EmuEighths >= 0 && Exp2EmuEighths <= 8, "emulated exp2 fraction in eighths");
 };
 
 #if defined(__CUDACC__)
@@ -107,12 +115,16 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //          6 = 128x128 + Persist (non-causal; causal as 0)   7 = 0 + Persist + OInQ (128x176,
 //          non-causal; causal as 0)   8 = 128x160 + Persist with an O buffer (non-causal; 226 KB of
 //          shared memory; causal as 0)
+//          fwd v5 (FA4 softmax tricks, all on variant 0's tile):
+//          8 = 0 + CondRescale   9 = 0 + Exp2Emu 1/4   10 = 0 + both (1/4)   11 = 0 + both (1/8)
+//   hd128: fwd v5 on variant 0's tile: 9 = 0 + CondRescale   10 = 0 + Exp2Emu 1/4
+//          11 = 0 + both (1/4)   12 = 0 + both (1/8)
 //   hd256: 0 = 128x80 (v2)   1 = 0 + WgSkip + Lpt   2 = 128x64   3 = 0 + KWaitFirst
 //          4 = 0 + Persist + OInQ (non-causal; causal as 0)
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 constexpr int fwd_default_variant(int /*head_dim*/) { return 0; }
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 8 : head_dim == 128 ? 9 : 5; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 12 : head_dim == 128 ? 13 : 5; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -125,8 +137,10 @@ struct FwdConfig<64, Causal, V>
     : FwdTile</*HeadDim=*/64, /*ConsumerWarpgroups=*/V == 1 ? 2 : 3, /*BlockN=*/128, /*KvStages=*/2,
               /*QkStages=*/1, /*ProducerRegs=*/V == 1 ? 24 : 32, /*ConsumerRegs=*/V == 1 ? 240 : 160,
               /*WgSkip=*/V == 2 || V == 3 || V == 7, /*Lpt=*/V == 2 || V == 4 || V == 7,
-              /*KWaitFirst=*/V == 2 || V == 3 || V == 5 || V == 7, /*Persist=*/(V == 6 || V == 7) && !Causal> {
-  static_assert(V >= 0 && V <= 7, "hd64 variants are 0..7");
+              /*KWaitFirst=*/V == 2 || V == 3 || V == 5 || V == 7, /*Persist=*/(V == 6 || V == 7) && !Causal,
+              /*OInQ=*/false, /*CondRescale=*/V == 8 || V == 10 || V == 11,
+              /*Exp2EmuEighths=*/V == 9 || V == 10 ? 2 : V == 11 ? 1 : 0> {
+  static_assert(V >= 0 && V <= 11, "hd64 variants are 0..11");
 };
 
 // hd128: FA3's tiles, 128x128 causal and a longer 128x176 K tile without the mask.
@@ -136,8 +150,9 @@ struct FwdConfig<128, Causal, V>
               V == 4 ? 80 : (Causal || V == 1 || V == 6) ? 128 : V == 2 ? 192 : V == 8 ? 160 : 176, 2,
               /*QkStages=*/2, 24, V == 4 ? 160 : 240, /*WgSkip=*/V == 4 && !Causal, /*Lpt=*/V == 3,
               /*KWaitFirst=*/V == 4 || V == 5, /*Persist=*/(V == 6 || V == 7 || V == 8) && !Causal,
-              /*OInQ=*/V == 7 && !Causal> {
-  static_assert(V >= 0 && V <= 8, "hd128 variants are 0..8");
+              /*OInQ=*/V == 7 && !Causal, /*CondRescale=*/V == 9 || V == 11 || V == 12,
+              /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0> {
+  static_assert(V >= 0 && V <= 12, "hd128 variants are 0..12");
 };
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).

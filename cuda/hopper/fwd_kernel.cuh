@@ -115,6 +115,22 @@ __device__ __forceinline__ void issue_pv(float (&o)[Cfg::head_dim() / 2],
   wgmma_commit();
 }
 
+// O *= o_scale per row after a PV. CondRescale: a warp whose rows all kept their max (o_scale
+// exactly 1) skips the multiply. The vote is per warp, not per warpgroup: each warp owns 16 rows of
+// O and nothing between here and the next wgmma needs the warpgroup converged, so a warp-uniform
+// branch is enough (the warps reconverge before the next wgmma_fence).
+template <class Cfg>
+__device__ __forceinline__ void rescale_o(float (&o)[Cfg::head_dim() / 2], const float (&o_scale)[2], bool rescaled) {
+  if (Cfg::cond_rescale() && !__any_sync(0xffffffffu, rescaled)) return;
+#pragma unroll
+  for (int j = 0; j < Cfg::head_dim() / 8; ++j) {
+    o[4 * j + 0] *= o_scale[0];
+    o[4 * j + 1] *= o_scale[0];
+    o[4 * j + 2] *= o_scale[1];
+    o[4 * j + 3] *= o_scale[1];
+  }
+}
+
 template <class T, class Cfg, bool Causal>
 __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, uint8_t* sV, uint64_t* q_full,
                                              typename TmaConsumerPipeline<T, Cfg, true>::Staged::Barriers* k_bars,
@@ -137,7 +153,7 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
 
   TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
   TmaConsumerPipeline<T, Cfg, false> v(v_bars, sV);
-  OnlineSoftmax<N / 2> softmax;
+  OnlineSoftmax<N / 2, Cfg::cond_rescale(), Cfg::exp2_emu_eighths()> softmax;
   float o[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -218,19 +234,13 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
       k.release(elected);
       k.advance();
       if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
-      softmax.update(s, args.scale_log2, o_scale);
+      const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
       wgmma_wait<0>();
       fence_regs(o);
       fence_regs(p);  // the RS wgmma read p asynchronously: keep its registers until here
       v.release(elected);
       v.advance();
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        o[4 * j + 0] *= o_scale[0];
-        o[4 * j + 1] *= o_scale[0];
-        o[4 * j + 2] *= o_scale[1];
-        o[4 * j + 3] *= o_scale[1];
-      }
+      rescale_o<Cfg>(o, o_scale, rescaled);
 #pragma unroll
       for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
     }
@@ -403,7 +413,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     const int batch = pair / args.heads_q;
     const int row0 = m0 + c * 64 + row_in_wg;
 
-    OnlineSoftmax<N / 2> softmax;
+    OnlineSoftmax<N / 2, Cfg::cond_rescale(), Cfg::exp2_emu_eighths()> softmax;
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -467,19 +477,13 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
         k.advance();
         if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);
         if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
-        softmax.update(s, args.scale_log2, o_scale);
+        const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
         wgmma_wait<0>();
         fence_regs(o);
         fence_regs(p);
         v.release(elected);
         v.advance();
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-          o[4 * j + 0] *= o_scale[0];
-          o[4 * j + 1] *= o_scale[0];
-          o[4 * j + 2] *= o_scale[1];
-          o[4 * j + 3] *= o_scale[1];
-        }
+        rescale_o<Cfg>(o, o_scale, rescaled);
 #pragma unroll
         for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
       }

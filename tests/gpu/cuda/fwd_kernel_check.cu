@@ -57,13 +57,24 @@ static std::string launch_variant(const FwdProblem& p, int variant) {
 struct Case {
   int b, sq, sk, hq, hkv, d;
   bool bf16, causal;
+  // growth != 0: scores that grow along the kernel's key order (it runs the key blocks from the
+  // last to the first), to make the running max move often (the CondRescale variants' threshold):
+  // Q entries ~ N(1, 1) and key j gets growth * (sk - 1 - j) / (sk * sqrt(d)) added to every entry,
+  // so a row's scores rise by about `growth` (natural-log units) from the last key to the first.
+  // Negative: the maximum sits in the first block the kernel computes.
+  float growth = 0.f;
 };
 
 static std::string describe(const Case& c) {
   char buf[200];
   std::snprintf(buf, sizeof buf, "b=%d sq=%d sk=%d hq=%d hkv=%d d=%d %s %s", c.b, c.sq, c.sk, c.hq,
                 c.hkv, c.d, c.bf16 ? "bf16" : "fp16", c.causal ? "causal" : "full");
-  return buf;
+  std::string out = buf;
+  if (c.growth != 0.f) {
+    std::snprintf(buf, sizeof buf, " growth=%g", c.growth);
+    out += buf;
+  }
+  return out;
 }
 
 // Runs every built variant on one case; returns the number of failing variants. Checks every row
@@ -73,8 +84,13 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   std::vector<uint16_t> hq(nq), hk(nk), hv(nk);
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
-  for (auto& x : hq) x = to_bits(nd(rng), c.bf16);
-  for (auto& x : hk) x = to_bits(nd(rng), c.bf16);
+  const float q_mean = c.growth != 0.f ? 1.f : 0.f;
+  for (auto& x : hq) x = to_bits(nd(rng) + q_mean, c.bf16);
+  for (size_t i = 0; i < nk; ++i) {
+    const int j = int((i / (size_t(c.hkv) * c.d)) % std::max(c.sk, 1));  // key index (BSHD)
+    const float ramp = c.growth * float(c.sk - 1 - j) / (float(std::max(c.sk, 1)) * std::sqrt(float(c.d)));
+    hk[i] = to_bits(nd(rng) + ramp, c.bf16);
+  }
   for (auto& x : hv) x = to_bits(nd(rng), c.bf16);
   const size_t nlse = size_t(c.b) * c.hq * c.sq;
   const float scale = 1.f / std::sqrt(float(c.d));
@@ -318,6 +334,10 @@ int main(int argc, char** argv) {
         {1, 1000, 200, 4, 4, 0, true, false}, {1, 5, 0, 2, 1, 0, true, false},
         {2, 300, 301, 8, 8, 0, true, false},  {1, 385, 700, 2, 1, 0, true, false},
         {1, 200, -1, 4, 4, 0, true, false},
+        // The running max moves by ~11 (log2 units) per 128-key block, by ~4 per block, and never
+        // after the first block computed (fwd v5 CondRescale: rescale past 8 only).
+        {1, 300, 1000, 2, 1, 0, true, false, 60.f}, {1, 200, 3000, 2, 2, 0, true, false, 60.f},
+        {2, 257, 777, 2, 2, 0, true, false, -60.f},
     };
     uint64_t seed = 1;
     for (int d : dims)

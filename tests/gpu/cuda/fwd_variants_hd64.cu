@@ -17,7 +17,7 @@ std::string run(const FwdProblem& p, cudaStream_t stream) {
 }  // namespace
 
 std::string launch_fwd_hd64_variant(const FwdProblem& p, cudaStream_t stream, int variant) {
-  static_assert(fwd_variant_count(64) == 8, "keep this switch in step with fwd_config.cuh");
+  static_assert(fwd_variant_count(64) == 12, "keep this switch in step with fwd_config.cuh");
   switch (variant) {
     case 0: return run<0>(p, stream);
     case 1: return run<1>(p, stream);
@@ -27,6 +27,10 @@ std::string launch_fwd_hd64_variant(const FwdProblem& p, cudaStream_t stream, in
     case 5: return run<5>(p, stream);
     case 6: return run<6>(p, stream);
     case 7: return run<7>(p, stream);
+    case 8: return run<8>(p, stream);
+    case 9: return run<9>(p, stream);
+    case 10: return run<10>(p, stream);
+    case 11: return run<11>(p, stream);
     default: return "hd64 has no forward variant " + std::to_string(variant);
   }
 }
