@@ -1,18 +1,21 @@
 // The standalone harness's extra backward kernel variants for head dim 256 (bf16 only; the library,
 // cuda/hopper/bwd_hd256.cu, builds bwd_default_variant(256) for bf16 and fp16). Not part of the pip build:
-// CMake globs cuda/hopper/*.cu only. Variant bits: 1 = PipelineScores, 2 = DqViaTma, 4 = DqInRing, 8 = Persistent (bwd_config.cuh).
+// CMake globs cuda/hopper/*.cu only. Variant bits: 1 = PipelineScores, 2 = DqViaTma, 4 = DqInRing, 8 = Persistent,
+// 16 = SplitSdP (bwd_config.cuh).
 #include "hopper/bwd_kernel.cuh"
 
 namespace fa4::hopper {
 namespace {
-// The default variant is the library's instantiation (bf16 and fp16, bwd_hd256.cu); not built twice.
+// The default variant is the library's instantiation (bf16 and fp16, bwd_hd256.cu); not built twice,
+// except for bf16 in deterministic mode: the library then runs bwd_deterministic_variant(256) (V0),
+// while this runs the variant itself with its own dQ ordering (V4: the semaphore handshake in its
+// ring writer warp), so the harness can check and time it as a bwd_deterministic_variant candidate.
 template <int V>
 std::string run(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
   if constexpr (V == bwd_default_variant(256)) {
-    return launch_bwd_hd256(p, ws, stream);
-  } else {
-    return launch_bwd_head_dim_bf16<256, V>(p, ws, stream);
+    if (!(p.deterministic && p.dtype == BwdDtype::kBf16)) return launch_bwd_hd256(p, ws, stream);
   }
+  return launch_bwd_head_dim_bf16<256, V>(p, ws, stream);
 }
 }  // namespace
 
@@ -22,6 +25,7 @@ std::string launch_bwd_hd256_variant(const BwdProblem& p, const BwdWorkspace& ws
     case 1: return run<1>(p, ws, stream);
     case 4: return run<4>(p, ws, stream);  // DqInRing (bwd v3)
     case 12: return run<12>(p, ws, stream);  // 4 + Persistent, dQ in 2 pieces (bwd v3)
+    case 20: return run<20>(p, ws, stream);  // 4 + SplitSdP: S^T on WG 0, dP^T on WG 1, m64n64 (bwd v4)
     default: return "hd256 has no variant " + std::to_string(variant) + " (no DqViaTma: shared memory)";
   }
 }
