@@ -14,7 +14,8 @@
 //     of 64 x dq_cols(), one per warpgroup, added to a float32 accumulator in global memory.
 //
 // Variants (bwd v2/v3/v4, NOTES.md), compile-time flags; variant number = bit 0 PipelineScores +
-// bit 1 DqViaTma + bit 2 DqInRing + bit 3 Persistent + bit 4 SplitSdP (BwdConfig<HeadDim, Variant>):
+// bit 1 DqViaTma + bit 2 DqInRing + bit 3 Persistent + bit 4 SplitSdP + bit 5 ScoresAhead
+// (BwdConfig<HeadDim, Variant>):
 //   PipelineScores: step t+1's S^T = K Q^T is issued right after step t's dQ wgmma, before the
 //     dQ wait and the dQ adds, and dP^T of t+1 right after the adds, so the tensor cores have
 //     queued work while the consumers add dQ (v1 issued both only at the top of the next step).
@@ -36,8 +37,12 @@ namespace fa4::hopper {
 
 template <int HeadDim, int BlockM, int BlockN, int ProducerRegs, int ConsumerRegs, int DqPieces = 1,
           bool PipelineScores = false, bool DqViaTma = false, bool DqInRing = false, bool Persistent = false,
-          bool SplitSdP = false>
+          bool SplitSdP = false, bool ScoresAhead = false>
 struct BwdTile {
+  // ScoresAhead (bwd v4 candidate, with SplitSdP): the next step's S^T / dP^T chain is issued as
+  // soon as this step's dK/dQ group is issued, and runs while this step's dQ piece is staged in
+  // the ring (retired before the loop's back edge, so no wgmma group is in flight across it).
+  static constexpr bool scores_ahead() { return ScoresAhead; }
   // SplitSdP (bwd v4 candidate, hd256 with DqInRing): the two consumer warpgroups split the score
   // products by KIND instead of by query columns: warpgroup 0 computes S^T = K Q^T over all
   // block_m query columns (one m64n64 wgmma chain instead of two m64n32 ones, so K is read from
@@ -153,6 +158,7 @@ struct BwdTile {
                 "DqInRing: hd256-style split, v1 schedule, dQ piece = Q half + dO half (2 pieces: one each)");
   static_assert(!SplitSdP || (DqInRing && !Persistent && DqPieces == 1 && BlockM == 64 && row_groups() == 1),
                 "SplitSdP: V4's shape (hd256, 64 x 64, DqInRing, one dQ piece), m64n64 score products");
+  static_assert(!ScoresAhead || SplitSdP, "ScoresAhead is a SplitSdP schedule");
 
   // DqViaTma: float offset inside dq_accum's block_m x head_dim tile of query block m (the tile
   // itself sits where the row-major one would, at row m * block_m) of the element of accumulator
@@ -211,13 +217,15 @@ struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 
 // DqInRing (V & 4, hd256 only): the dQ pieces go through the Q/dO ring stages (see the top).
 // Persistent (V & 8) at hd256: dQ in 2 pieces (32 registers), else its consumer spills.
 // SplitSdP (V & 16, with DqInRing: variant 20): S^T on warpgroup 0, dP^T on warpgroup 1, each
-// m64n64 over the whole 64 x 64 tile (see BwdTile).
+// m64n64 over the whole 64 x 64 tile (see BwdTile). ScoresAhead (V & 32, variant 52 = 20 + 32):
+// the next step's scores run during this step's dQ staging.
 template <int V>
 struct BwdConfig<256, V> : BwdTile<256, 64, 64, 24, 240, /*DqPieces=*/(V & 9) ? 2 : 1, (V & 1) != 0, false,
-                                   (V & 4) != 0, (V & 8) != 0, (V & 16) != 0> {
+                                   (V & 4) != 0, (V & 8) != 0, (V & 16) != 0, (V & 32) != 0> {
   static_assert((V & 2) == 0, "hd256 has no DqViaTma variant");
   static_assert((V & 5) != 5, "DqInRing uses the v1 schedule (no PipelineScores)");
   static_assert((V & 16) == 0 || (V & 29) == 20, "SplitSdP: variant 20 = DqInRing + SplitSdP only");
+  static_assert((V & 32) == 0 || (V & 16) != 0, "ScoresAhead (variant 52) needs SplitSdP");
 };
 
 }  // namespace fa4::hopper

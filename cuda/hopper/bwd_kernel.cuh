@@ -877,6 +877,23 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     }
   } else {
     // ---- v1 schedule: every wgmma group of a step retires inside the step.
+    // SplitSdP: this warpgroup's score tile (c0: S^T then P^T; c1: dP^T then dS^T). ScoresAhead:
+    // the first step's scores are issued here, every later step's in the step before it.
+    [[maybe_unused]] float sc[Cfg::split_sdp() ? BM / 2 : 1];
+    if constexpr (Cfg::scores_ahead()) {
+      if (any) {
+        if (c == 0) {
+          q.wait(0);
+        } else {
+          dO.wait(0);
+        }
+      }
+      wgmma_fence();
+      issue_transposed_scores<T, Cfg, BM>(sc, c == 0 ? sK : sV, 0, c == 0 ? q.get() : dO.get(), 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(sc);
+    }
     for (int g = 0; any && g < args.group; ++g) {
       const int head = kv_head * args.group + g;
       float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
@@ -900,17 +917,18 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
           // warpgroups passed Pds(step + 1), which each reaches after the wait<0> retiring every
           // wgmma of `step` (and c1's generic P^T loads precede its Pds(step) arrival).
           const bool is_s = c == 0;
-          float sc[BM / 2];  // c0: S^T then P^T; c1: dP^T then dS^T
           if (is_s) {
             q.wait(0);
           } else {
             dO.wait(0);
           }
-          wgmma_fence();
-          issue_transposed_scores<T, Cfg, BM>(sc, is_s ? sK : sV, 0, is_s ? q_tile : do_tile, 0);
-          wgmma_commit();
-          wgmma_wait<0>();
-          fence_regs(sc);
+          if constexpr (!Cfg::scores_ahead()) {
+            wgmma_fence();
+            issue_transposed_scores<T, Cfg, BM>(sc, is_s ? sK : sV, 0, is_s ? q_tile : do_tile, 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(sc);
+          }  // ScoresAhead: sc holds this step's scores already (issued in the previous step)
           uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
           uint8_t* p_tile = sP + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
           uint32_t pk[BM / 4];
@@ -974,7 +992,43 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
           fence_regs(dq);
           fence_regs(dk);
           fence_regs(dv);
-          stage_dq_ring<Cfg>(dq, q_tile, do_tile, c, tid, step);
+          if constexpr (Cfg::scores_ahead()) {
+            // stage_dq_ring in two halves with the next step's scores issued between them (the
+            // first half's 32 registers are free by then: 32 dQ + 32 scores + 128 dK/dV live).
+            // The scores come from the other ring stage and are issued unconditionally (after
+            // the last step: no wait, a stage nobody writes any more, never read -- as
+            // PipelineScores does, so the same groups are in flight on every path).
+            constexpr int kHalfPairs = Cfg::dq_cols() / 8;
+            const uint32_t within = uint32_t(c) * Cfg::ring_region_bytes() + 8u * uint32_t(tid);
+            const uint32_t qa = smem_addr(q_tile) + within;
+            const uint32_t da = smem_addr(do_tile) + within;
+#pragma unroll
+            for (int u = 0; u < kHalfPairs; ++u) {
+              asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(qa + 1024 * u), "f"(dq[2 * u]), "f"(dq[2 * u + 1])
+                           : "memory");
+            }
+            // (m / g based, non-causal had 0 consumer spills but causal 156 B; this form: one
+            // loop-carried word, 1 STL + 1 LDL per step in the consumer, both causal modes.)
+            const bool has_next = step + 1 < step0 + tile_steps;
+            Ring nx = is_s ? q : dO;
+            nx.advance();
+            if (has_next) nx.wait(0);
+            wgmma_fence();
+            issue_transposed_scores<T, Cfg, BM>(sc, is_s ? sK : sV, 0, nx.get(), 0);
+            wgmma_commit();
+#pragma unroll
+            for (int u = 0; u < kHalfPairs; ++u) {
+              asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(da + 1024 * u), "f"(dq[2 * (kHalfPairs + u)]),
+                           "f"(dq[2 * (kHalfPairs + u) + 1])
+                           : "memory");
+            }
+            fence_proxy_async_smem();
+            named_barrier_arrive(kBwdBarDqRing + uint32_t(step & 1), kBwdDqBarrierThreads);
+            wgmma_wait<0>();
+            fence_regs(sc);
+          } else {
+            stage_dq_ring<Cfg>(dq, q_tile, do_tile, c, tid, step);
+          }
           q.advance();
           dO.advance();
           continue;

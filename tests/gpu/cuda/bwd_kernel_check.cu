@@ -38,14 +38,15 @@ using fa4::hopper::BwdProblem;
 using fa4::hopper::BwdWorkspace;
 
 // Kernel variants (cuda/hopper/bwd_config.cuh: bit 0 PipelineScores, bit 1 DqViaTma, bit 2
-// DqInRing, bit 3 Persistent, bit 4 SplitSdP). The library's variant for a head dim
-// (bwd_default_variant: 3 at hd64/hd128, 4 at hd256) is built for bf16 and fp16; the others for
-// bf16 only: hd64/hd128 0, 1, 2, 3, 11; hd256 0, 1, 4, 12, 20 (= 4 + SplitSdP, bwd v4).
+// DqInRing, bit 3 Persistent, bit 4 SplitSdP, bit 5 ScoresAhead). The library's variant for a
+// head dim (bwd_default_variant: 3 at hd64/hd128, 4 at hd256) is built for bf16 and fp16; the
+// others for bf16 only: hd64/hd128 0, 1, 2, 3, 11; hd256 0, 1, 4, 12, 20 (= 4 + SplitSdP) and
+// 52 (= 20 + ScoresAhead), the last two bwd v4 candidates.
 static int g_variant = 0;
 static bool variant_built(int d, bool bf16, int v) {
   if (v == fa4::hopper::bwd_default_variant(d)) return true;
   if (!bf16) return false;
-  return d == 256 ? (v == 0 || v == 1 || v == 4 || v == 12 || v == 20) : ((v >= 0 && v <= 3) || v == 11);
+  return d == 256 ? (v == 0 || v == 1 || v == 4 || v == 12 || v == 20 || v == 52) : ((v >= 0 && v <= 3) || v == 11);
 }
 // Launch options (fa4::hopper::BwdLaunchOptions, cuda/hopper/bwd_launch.h) as a bit mask: 1 =
 // fused_prepost (dq_accum zeroed in the preprocess, grid-indexed pre/postprocess), 2 = pdl
@@ -71,10 +72,10 @@ static std::string launch_variant(const BwdProblem& p, const BwdWorkspace& ws, i
 // runs bwd_deterministic_variant: V3 at hd64/hd128, V0 at hd256), for the library's variant of the
 // head dim; "det" = the variant itself launched with deterministic = true, for the variants whose
 // own dQ path orders the adds and that are candidates for bwd_deterministic_variant: hd256 (bf16)
-// V0, V1 (consumer-side semaphores), V4 and V20 (the semaphore handshake in the DqInRing writer
-// warp). The persistent variants (11, 12) have no deterministic mode.
+// V0, V1 (consumer-side semaphores), V4, V20 and V52 (the semaphore handshake in the DqInRing
+// writer warp). The persistent variants (11, 12) have no deterministic mode.
 static bool det_direct(int d, bool bf16, int v) {
-  return d == 256 && bf16 && (v == 0 || v == 1 || v == 4 || v == 20);
+  return d == 256 && bf16 && (v == 0 || v == 1 || v == 4 || v == 20 || v == 52);
 }
 // mode 0 default, 1 deterministic (the variant itself), 2 deterministic through the library.
 static std::string launch_mode(const BwdProblem& p, const BwdWorkspace& ws, int variant, int mode) {

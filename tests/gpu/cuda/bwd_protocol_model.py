@@ -24,10 +24,14 @@ wait_group 0 -- stage reads AND global writes done --, release rank + 1, then fr
 the predecessor is an independent role that releases the steps in order at random times, a
 successor role checks every release finds the adds landed); 'v20' = SplitSdP (warpgroup 0: S^T
 and P^T -> P^T buffer; named barrier PReady (bar.sync, both); both issue dV from the P^T buffer;
-warpgroup 1 reads P^T back, writes dS^T; Pds; dK, dQ; DqInRing staging); 'v20det' = both.
+warpgroup 1 reads P^T back, writes dS^T; Pds; dK, dQ; DqInRing staging); 'v20det' = both;
+'v52' / 'v52det' = v20 + ScoresAhead (each warpgroup's next-step scores read the other ring
+stage from between its two dQ staging halves until after its ring-barrier arrival; after the last
+step without a full-barrier wait, a discarded read).
 Mutations (--mutate, each must FAIL): 'release_early' (semaphore released after wait_group.read
 only), 'free_before_turn' (ring stage freed before the semaphore wait), 'no_pready' (warpgroup 1
-reads P^T without the PReady barrier), 'single_pds_buffer' (one P^T / dS^T buffer).
+reads P^T without the PReady barrier), 'single_pds_buffer' (one P^T / dS^T buffer),
+'ahead_same_stage' (v52's look-ahead reads this step's stage instead of the next).
 
 Run: python3 tests/gpu/cuda/bwd_protocol_model.py  (exit 0 = all trials passed)
 """
@@ -104,9 +108,10 @@ class Mem:
 
 def run_trial(model, rng, tiles_steps, stages=2, mutate=None):
     persistent = model in ("v11", "v12")
-    ring_in_dq = model in ("v4", "v12", "v4det", "v20", "v20det")
-    split = model in ("v20", "v20det")
-    det = model in ("v4det", "v20det")
+    ring_in_dq = model in ("v4", "v12", "v4det", "v20", "v20det", "v52", "v52det")
+    split = model in ("v20", "v20det", "v52", "v52det")
+    ahead = model in ("v52", "v52det")  # ScoresAhead: next step's scores during the dQ staging
+    det = model in ("v4det", "v20det", "v52det")
     stats = {}
     n_tiles = len(tiles_steps)
     # --- shared state
@@ -312,17 +317,30 @@ def run_trial(model, rng, tiles_steps, stages=2, mutate=None):
                         kv_mem.close((key, "C", g + 1))
                         kv_mem.close((key, "D", g + 1))
             elif split:
-                # v20: SplitSdP on the v1 schedule + DqInRing
+                # v20: SplitSdP on the v1 schedule + DqInRing (v52: + ScoresAhead)
+                own_full, own_mem, kind = (
+                    (q_full, q_mem, "S") if c == 0 else (d_full, d_mem, "dP")
+                )
+                if ahead and steps:
+                    # prologue: the first step's scores, issued and retired before the loop
+                    yield wait_full(own_full, own_mem, stage, phase, step0)
+                    own_mem[stage].open((key, kind, step0))
+                    own_mem[stage].close((key, kind, step0))
                 for k in range(steps):
                     g = step0 + k
                     buf = g % n_pds
                     if c == 0:
+                        # (ahead: the scores were computed in the previous step; the wait on
+                        # this stage's full barrier stays, it passes at once)
                         yield wait_full(q_full, q_mem, stage, phase, g)
-                        q_mem[stage].open((key, "S", g))
-                        kv_mem.open((key, "S", g))
-                        q_mem[stage].close((key, "S", g))  # wait<0>
-                        kv_mem.close((key, "S", g))
+                        if not ahead:
+                            q_mem[stage].open((key, "S", g))
+                            kv_mem.open((key, "S", g))
+                            q_mem[stage].close((key, "S", g))  # wait<0>
+                            kv_mem.close((key, "S", g))
                         p_mem[buf].write(("P", g), stats, key)
+                    elif ahead:
+                        yield wait_full(d_full, d_mem, stage, phase, g)
                     else:
                         yield wait_full(d_full, d_mem, stage, phase, g)
                         d_mem[stage].open((key, "dP", g))
@@ -367,17 +385,34 @@ def run_trial(model, rng, tiles_steps, stages=2, mutate=None):
                         (kv_mem, "B"),
                     ):
                         mem.close((key, r, g))
+                    if ahead:
+                        # the next step's scores, from the other stage, during the staging;
+                        # after the last step: no wait, discarded (not a needed read)
+                        nst = (stage + 1) % stages
+                        nph = phase ^ (1 if stage + 1 == stages else 0)
+                        if mutate == "ahead_same_stage":
+                            nst, nph = stage, phase
+                        has_next = k + 1 < steps
+                        if has_next:
+                            yield wait_full(own_full, own_mem, nst, nph, g + 1)
+                        own_mem[nst].open((key, "C", g + 1), has_next)
+                        kv_mem.open((key, "C", g + 1))
                     for mem in (q_mem[stage], d_mem[stage]):
                         bad = [
                             r
                             for r, need in mem.reads.items()
-                            if need and (r[0] == key or r[1] in ("S", "dP"))
+                            if need and (r[0] == key or r[1] in ("S", "dP", "C"))
                         ]
                         if bad:
                             raise Fail(f"{key}: reads {bad} open on {mem.name} at dQ staging")
                     dq_written.setdefault(g, set()).add(c)
                     ring_stage_dq[stage].add((g, c))
                     yield (lambda gg=g: True), (lambda gg=g: ring_bars[gg & 1].arrive(128, gg))
+                    if ahead:
+                        yield (lambda: True), None  # the look-ahead runs past the arrival
+                        nst = stage if mutate == "ahead_same_stage" else (stage + 1) % stages
+                        own_mem[nst].close((key, "C", g + 1))  # wait<0>
+                        kv_mem.close((key, "C", g + 1))
                     stage += 1
                     if stage == stages:
                         stage, phase = 0, phase ^ 1
@@ -650,6 +685,7 @@ def mutation_check(rng):
         ("v4det", "free_before_turn"),
         ("v20", "no_pready"),
         ("v20", "single_pds_buffer"),
+        ("v52", "ahead_same_stage"),
     ):
         caught = None
         for _ in range(600):
@@ -674,6 +710,8 @@ def main():
         ("v4det", [[1], [2], [5], [9]]),
         ("v20", [[1], [2], [5], [9]]),
         ("v20det", [[1], [2], [5], [9]]),
+        ("v52", [[1], [2], [5], [9]]),
+        ("v52det", [[1], [2], [5], [9]]),
         ("v11", [[1], [1, 1], [2, 1, 1, 3], [1, 1, 1, 1, 1], [4, 2, 6], [3, 1, 2, 1, 5, 1]]),
         ("v12", [[1], [1, 1], [2, 1, 1, 3], [1, 1, 1, 1, 1], [4, 2, 6], [3, 1, 2, 1, 5, 1]]),
     ):

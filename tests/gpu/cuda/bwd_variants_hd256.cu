@@ -1,7 +1,7 @@
 // The standalone harness's extra backward kernel variants for head dim 256 (bf16 only; the library,
 // cuda/hopper/bwd_hd256.cu, builds bwd_default_variant(256) for bf16 and fp16). Not part of the pip build:
 // CMake globs cuda/hopper/*.cu only. Variant bits: 1 = PipelineScores, 2 = DqViaTma, 4 = DqInRing, 8 = Persistent,
-// 16 = SplitSdP (bwd_config.cuh).
+// 16 = SplitSdP, 32 = ScoresAhead (bwd_config.cuh).
 #include "hopper/bwd_kernel.cuh"
 
 namespace fa4::hopper {
@@ -26,6 +26,7 @@ std::string launch_bwd_hd256_variant(const BwdProblem& p, const BwdWorkspace& ws
     case 4: return run<4>(p, ws, stream);  // DqInRing (bwd v3)
     case 12: return run<12>(p, ws, stream);  // 4 + Persistent, dQ in 2 pieces (bwd v3)
     case 20: return run<20>(p, ws, stream);  // 4 + SplitSdP: S^T on WG 0, dP^T on WG 1, m64n64 (bwd v4)
+    case 52: return run<52>(p, ws, stream);  // 20 + ScoresAhead: next scores during the dQ staging (bwd v4)
     default: return "hd256 has no variant " + std::to_string(variant) + " (no DqViaTma: shared memory)";
   }
 }
