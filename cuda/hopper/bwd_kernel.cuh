@@ -583,11 +583,13 @@ __device__ __forceinline__ void stage_dq_ring_pieces(float (&dq)[Cfg::dq_cols() 
 // deterministic mode orders the adds here, as bwd_dq_writer does for DqViaTma: lane 0 spins
 // (ld.acquire) until the (batch, head, query block) semaphore equals this key block's rank
 // (bwd_dq_rank), fence.proxy.async.global (the bulk reduce is an async-proxy access after the
-// acquire), the four reduce-adds, cp.async.bulk.wait_group 0 (their global writes done, which
-// includes the reads of the stage), fence.proxy.async.global, __threadfence, st.release rank + 1;
-// only then are the ring stages freed. So in that mode a stage is held until the CTA's turn came
-// and its adds landed: the consumers can run at most one step (the other stage) ahead of the
-// semaphore; the producer's next load into this stage waits for it. Deadlock: the writer of key
+// acquire), the four reduce-adds, then -- as in the default mode -- cp.async.bulk.wait_group.read
+// 0 and the arrivals that free the ring stage (the bulk engine has read it; the global writes
+// may still be in flight, which only the semaphore cares about), then cp.async.bulk.wait_group 0
+// (the global writes done), fence.proxy.async.global, __threadfence, st.release rank + 1. So in
+// that mode a stage is held until the CTA's turn came and its adds were read out: the consumers
+// can run at most one step (the other stage) ahead of the semaphore; the producer's next load
+// into this stage waits for it. Deadlock: the writer of key
 // block n waits only for its predecessor in m's order, a CTA dispatched earlier (bwd_dq_rank,
 // bwd_key_block), whose writer depends on nothing of this CTA. Det is args.deterministic as a
 // template argument (the kernel picks one of two copies of the loop): at 24 registers the
@@ -625,16 +627,15 @@ __device__ __forceinline__ void bwd_dq_ring_writer(uint8_t* smem, Barriers* q_ba
           bulk_reduce_add_f32(piece + kRegion / 4, reinterpret_cast<const float*>(do_tile + c * kRegion), kRegion);
         }
         bulk_commit();
+        bulk_wait_read();  // the async proxy has read the stage: the producer may refill it
+        mbarrier_arrive(&q_bars->empty[stage]);
+        mbarrier_arrive(&do_bars->empty[stage]);
         if constexpr (Det) {
-          bulk_wait_all();             // the reduces' global writes (and their stage reads) are done ...
+          bulk_wait_all();             // the reduces' global writes are done ...
           fence_proxy_async_global();  // ... and ordered before the generic-proxy release
           __threadfence();
           st_release_gpu(sem, rank + 1);
-        } else {
-          bulk_wait_read();  // the async proxy has read the stage: the producer may refill it
         }
-        mbarrier_arrive(&q_bars->empty[stage]);
-        mbarrier_arrive(&do_bars->empty[stage]);
       }
       __syncwarp();
       if (++stage == Cfg::q_stages()) stage = 0;

@@ -20,7 +20,8 @@ ring stages, writer frees the stage, barrier ids by step parity); 'v12' = v4 + P
 ring writer reads the tile ids too); 'v3' = V3 non-persistent.
 bwd v4 candidates (hd256): 'v4det' = v4 in deterministic mode (the ring writer's semaphore
 handshake: spin until the predecessor key block released the query block, the bulk adds,
-wait_group 0 -- stage reads AND global writes done --, release rank + 1, then free the ring stage;
+wait_group.read and free the ring stage (as in the default mode), then wait_group 0 -- the global
+writes done -- and release rank + 1;
 the predecessor is an independent role that releases the steps in order at random times, a
 successor role checks every release finds the adds landed); 'v20' = SplitSdP (warpgroup 0: S^T
 and P^T -> P^T buffer; named barrier PReady (bar.sync, both); both issue dV from the P^T buffer;
@@ -318,9 +319,7 @@ def run_trial(model, rng, tiles_steps, stages=2, mutate=None):
                         kv_mem.close((key, "D", g + 1))
             elif split:
                 # v20: SplitSdP on the v1 schedule + DqInRing (v52: + ScoresAhead)
-                own_full, own_mem, kind = (
-                    (q_full, q_mem, "S") if c == 0 else (d_full, d_mem, "dP")
-                )
+                own_full, own_mem, kind = (q_full, q_mem, "S") if c == 0 else (d_full, d_mem, "dP")
                 if ahead and steps:
                     # prologue: the first step's scores, issued and retired before the loop
                     yield wait_full(own_full, own_mem, stage, phase, step0)
@@ -537,29 +536,25 @@ def run_trial(model, rng, tiles_steps, stages=2, mutate=None):
                 if det:
                     gw_open.add(g)
                 yield (lambda: True), None  # the bulk engine reads the stage
-                if det and mutate == "release_early":
-                    # wait_group.read only: the stage reads are done, the global writes maybe not
-                    q_mem[stage].close(("w", g))
-                    d_mem[stage].close(("w", g))
-                    released.append((g, g in gw_open))
-                    yield (lambda: True), None
-                    gw_open.discard(g)
-                elif det:
-                    # wait_group 0: stage reads and global writes done; fences; release rank + 1
-                    q_mem[stage].close(("w", g))
-                    d_mem[stage].close(("w", g))
-                    gw_open.discard(g)
-                    released.append((g, g in gw_open))
-                else:
-                    # wait_group.read
-                    q_mem[stage].close(("w", g))
-                    d_mem[stage].close(("w", g))
+                # wait_group.read: the stage reads are done (the global writes maybe not)
+                q_mem[stage].close(("w", g))
+                d_mem[stage].close(("w", g))
                 ring_stage_dq[stage] = set()
                 if not (det and mutate == "free_before_turn"):
                     yield (
                         (lambda s=stage: True),
                         (lambda s=stage: (q_empty[s].arrive(), d_empty[s].arrive())),
                     )
+                if det:
+                    if mutate == "release_early":
+                        # the release without wait_group 0: the global writes may be in flight
+                        released.append((g, g in gw_open))
+                        yield (lambda: True), None
+                        gw_open.discard(g)
+                    else:
+                        yield (lambda: True), None  # the global writes land
+                        gw_open.discard(g)  # wait_group 0; fences; st.release rank + 1
+                        released.append((g, g in gw_open))
 
     def dq_tile_writer():
         it = 0
