@@ -37,8 +37,13 @@ namespace fa4::hopper {
 
 template <int HeadDim, int BlockM, int BlockN, int ProducerRegs, int ConsumerRegs, int DqPieces = 1,
           bool PipelineScores = false, bool DqViaTma = false, bool DqInRing = false, bool Persistent = false,
-          bool SplitSdP = false, bool ScoresAhead = false>
+          bool SplitSdP = false, bool ScoresAhead = false, bool WriterTiming = false>
 struct BwdTile {
+  // WriterTiming (harness-only instrumentation, variant 68 = V4 + 64): the DqInRing writer warp
+  // adds its clock64 cycles spent waiting for the consumers (ring barrier), waiting for the bulk
+  // engine (wait_group.read) and in total to a per-translation-unit counter
+  // (g_bwd_writer_clocks), which the harness reads after timing it.
+  static constexpr bool writer_timing() { return WriterTiming; }
   // ScoresAhead (bwd v4 candidate, with SplitSdP): the next step's S^T / dP^T chain is issued as
   // soon as this step's dK/dQ group is issued, and runs while this step's dQ piece is staged in
   // the ring (retired before the loop's back edge, so no wgmma group is in flight across it).
@@ -159,6 +164,7 @@ struct BwdTile {
   static_assert(!SplitSdP || (DqInRing && !Persistent && DqPieces == 1 && BlockM == 64 && row_groups() == 1),
                 "SplitSdP: V4's shape (hd256, 64 x 64, DqInRing, one dQ piece), m64n64 score products");
   static_assert(!ScoresAhead || SplitSdP, "ScoresAhead is a SplitSdP schedule");
+  static_assert(!WriterTiming || (DqInRing && !Persistent), "WriterTiming instruments the DqInRing writer");
 
   // DqViaTma: float offset inside dq_accum's block_m x head_dim tile of query block m (the tile
   // itself sits where the row-major one would, at row m * block_m) of the element of accumulator
@@ -221,11 +227,12 @@ struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 
 // the next step's scores run during this step's dQ staging.
 template <int V>
 struct BwdConfig<256, V> : BwdTile<256, 64, 64, 24, 240, /*DqPieces=*/(V & 9) ? 2 : 1, (V & 1) != 0, false,
-                                   (V & 4) != 0, (V & 8) != 0, (V & 16) != 0, (V & 32) != 0> {
+                                   (V & 4) != 0, (V & 8) != 0, (V & 16) != 0, (V & 32) != 0, (V & 64) != 0> {
   static_assert((V & 2) == 0, "hd256 has no DqViaTma variant");
   static_assert((V & 5) != 5, "DqInRing uses the v1 schedule (no PipelineScores)");
   static_assert((V & 16) == 0 || (V & 29) == 20, "SplitSdP: variant 20 = DqInRing + SplitSdP only");
   static_assert((V & 32) == 0 || (V & 16) != 0, "ScoresAhead (variant 52) needs SplitSdP");
+  static_assert((V & 64) == 0 || (V & 4) != 0, "WriterTiming (variant 68 = 4 + 64) instruments DqInRing");
 };
 
 }  // namespace fa4::hopper

@@ -594,6 +594,12 @@ __device__ __forceinline__ void stage_dq_ring_pieces(float (&dq)[Cfg::dq_cols() 
 // bwd_key_block), whose writer depends on nothing of this CTA. Det is args.deterministic as a
 // template argument (the kernel picks one of two copies of the loop): at 24 registers the
 // semaphore's address and rank spill a few words, and so only the deterministic copy pays that.
+// WriterTiming (variant 68, harness only): the ring writer's lane 0 adds [cycles waiting on the
+// ring barrier (for the consumers), cycles in wait_group.read (for the bulk engine), cycles from
+// its first step to its end, steps] here; one per translation unit (static), read and cleared by
+// the harness (tests/gpu/cuda/bwd_variants_hd256.cu).
+static __device__ unsigned long long g_bwd_writer_clocks[4];
+
 template <class Cfg, bool Causal, bool Det, class Barriers>
 __device__ __forceinline__ void bwd_dq_ring_writer(uint8_t* smem, Barriers* q_bars, Barriers* do_bars,
                                                    const BwdArgs& args, int n0, int kv_head, int batch, int lane) {
@@ -601,13 +607,25 @@ __device__ __forceinline__ void bwd_dq_ring_writer(uint8_t* smem, Barriers* q_ba
   bwd_m_range<Cfg, Causal>(args, n0, &m_begin, &m_end);
   if (m_end <= m_begin) return;
   constexpr uint32_t kRegion = Cfg::ring_region_bytes();
+  constexpr bool kTime = Cfg::writer_timing();
+  [[maybe_unused]] unsigned long long t_bar = 0, t_bulk = 0, t_first = 0;
   int stage = 0;
   int step = 0;
   for (int g = 0; g < args.group; ++g) {
     const int head = kv_head * args.group + g;
     float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
     for (int m = m_begin; m < m_end; ++m) {
+      [[maybe_unused]] unsigned long long t0 = 0;
+      if constexpr (kTime) t0 = clock64();
       named_barrier_sync(kBwdBarDqRing + uint32_t(step & 1), kBwdDqBarrierThreads);
+      if constexpr (kTime) {
+        const unsigned long long t1 = clock64();
+        if (step == 0) {
+          t_first = t1;  // the first step's wait includes the kernel's start-up: not counted
+        } else {
+          t_bar += t1 - t0;
+        }
+      }
       if (lane == 0) {
         // Deterministic mode: this key block's place in m's order (bwd_dq_rank).
         int* sem = Det ? args.dq_sem + (int64_t(batch) * args.heads_q + head) * (args.seq_q_pad / 64) + m : nullptr;
@@ -627,7 +645,10 @@ __device__ __forceinline__ void bwd_dq_ring_writer(uint8_t* smem, Barriers* q_ba
           bulk_reduce_add_f32(piece + kRegion / 4, reinterpret_cast<const float*>(do_tile + c * kRegion), kRegion);
         }
         bulk_commit();
+        [[maybe_unused]] unsigned long long t2 = 0;
+        if constexpr (kTime) t2 = clock64();
         bulk_wait_read();  // the async proxy has read the stage: the producer may refill it
+        if constexpr (kTime) t_bulk += clock64() - t2;
         mbarrier_arrive(&q_bars->empty[stage]);
         mbarrier_arrive(&do_bars->empty[stage]);
         if constexpr (Det) {
@@ -640,6 +661,14 @@ __device__ __forceinline__ void bwd_dq_ring_writer(uint8_t* smem, Barriers* q_ba
       __syncwarp();
       if (++stage == Cfg::q_stages()) stage = 0;
       ++step;
+    }
+  }
+  if constexpr (kTime) {
+    if (lane == 0) {
+      atomicAdd(&g_bwd_writer_clocks[0], t_bar);
+      atomicAdd(&g_bwd_writer_clocks[1], t_bulk);
+      atomicAdd(&g_bwd_writer_clocks[2], clock64() - t_first);
+      atomicAdd(&g_bwd_writer_clocks[3], static_cast<unsigned long long>(step));
     }
   }
   if (lane == 0) bulk_wait_all();  // global writes done before the CTA exits

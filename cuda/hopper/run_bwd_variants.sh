@@ -11,7 +11,8 @@
 # not: V4, V20, V52, their deterministic runs ("4det", ...) and the library's ("det" = V0).
 #   Variants (bwd_config.cuh): 4 = DqInRing (shipped default), 20 = 4 + SplitSdP (S^T on
 #   warpgroup 0, dP^T on warpgroup 1, m64n64 each), 52 = 20 + ScoresAhead (the next step's
-#   scores run during this step's dQ staging). HDS="64 128" (or FULL=1) also runs the old
+#   scores run during this step's dQ staging); 68 = V4 + the writer warp's clock64 counters
+#   (timed only, after the others). HDS="64 128" (or FULL=1) also runs the old
 #   hd64/hd128 variant checks (0-3, options 0 and 7), not needed for the v4 decision.
 # No pip install, no pytest, no JAX. Output: $OUT/summary.txt (everything that matters) and
 # $OUT/logs.tgz (full logs).
@@ -136,6 +137,16 @@ if [ -z "$GOOD" ]; then stamp "no hd256 variant ran cleanly: no timings"; else
   rc=$?
   grep -E "^ +256 +yes " $LOG/bench_hd256_lpt.txt | tee -a "$S"
   [ "$rc" != 0 ] && stamp "bench (options 5) rc=$rc"
+  # V68 = V4 with the writer warp's clock64 counters (its writer spills a little more; the rate
+  # shows the instrumentation's cost): where the writer's time goes, to tell a consumer-bound
+  # step from one waiting on the bulk engine / L2 reduce.
+  if echo " $GOOD " | grep -q " 4 "; then
+    timeout 30 $LOG/bwd_check --no-check --bench --hd 256 --seqs 2048,16384 --variants 68 --opts 1 \
+      > $LOG/bench_hd256_v68.txt 2>&1
+    rc=$?
+    grep -E "^ +256 |writer \(v68" $LOG/bench_hd256_v68.txt | tee -a "$S"
+    [ "$rc" != 0 ] && stamp "bench v68 rc=$rc"
+  fi
 fi
 echo "Reference (NOTES.md): V4 o1 kernel-only 323/358 (2k/16k), causal 289/376; lib det (V0) ~0.6x of V4;" \
      "cuDNN through JAX hd256 349/376/354/344 (2k/4k/8k/16k), causal 294/349/380/404" >> "$S"

@@ -31,6 +31,7 @@ namespace fa4::hopper {  // tests/gpu/cuda/bwd_variants_hd*.cu
 std::string launch_bwd_hd64_variant(const BwdProblem&, const BwdWorkspace&, cudaStream_t, int variant);
 std::string launch_bwd_hd128_variant(const BwdProblem&, const BwdWorkspace&, cudaStream_t, int variant);
 std::string launch_bwd_hd256_variant(const BwdProblem&, const BwdWorkspace&, cudaStream_t, int variant);
+std::string bwd_hd256_writer_clocks(unsigned long long* out);  // variant 68's counters (read + clear)
 }  // namespace fa4::hopper
 
 using fa4::hopper::BwdDtype;
@@ -41,12 +42,14 @@ using fa4::hopper::BwdWorkspace;
 // DqInRing, bit 3 Persistent, bit 4 SplitSdP, bit 5 ScoresAhead). The library's variant for a
 // head dim (bwd_default_variant: 3 at hd64/hd128, 4 at hd256) is built for bf16 and fp16; the
 // others for bf16 only: hd64/hd128 0, 1, 2, 3, 11; hd256 0, 1, 4, 12, 20 (= 4 + SplitSdP) and
-// 52 (= 20 + ScoresAhead), the last two bwd v4 candidates.
+// 52 (= 20 + ScoresAhead), the last two bwd v4 candidates, and 68 (= V4 + the writer warp's
+// clock64 counters, printed after its bench rows).
 static int g_variant = 0;
 static bool variant_built(int d, bool bf16, int v) {
   if (v == fa4::hopper::bwd_default_variant(d)) return true;
   if (!bf16) return false;
-  return d == 256 ? (v == 0 || v == 1 || v == 4 || v == 12 || v == 20 || v == 52) : ((v >= 0 && v <= 3) || v == 11);
+  return d == 256 ? (v == 0 || v == 1 || v == 4 || v == 12 || v == 20 || v == 52 || v == 68)
+                  : ((v >= 0 && v <= 3) || v == 11);
 }
 // Launch options (fa4::hopper::BwdLaunchOptions, cuda/hopper/bwd_launch.h) as a bit mask: 1 =
 // fused_prepost (dq_accum zeroed in the preprocess, grid-indexed pre/postprocess), 2 = pdl
@@ -372,6 +375,8 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
         if (!variant_built(d, true, variant)) continue;
         p.deterministic = det;
         set_options(opts);
+        unsigned long long clk[4];
+        if (variant == 68 && d == 256) fa4::hopper::bwd_hd256_writer_clocks(clk);  // clear
         std::vector<float> ms;
         for (int it = 0; it < 13; ++it) {
           cudaEventRecord(e0);
@@ -397,6 +402,15 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
         else
           std::printf("%5d %7s %6d %6d %7d %5d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, variant, opts, med,
                       flops / med / 1e9);
+        if (variant == 68 && d == 256 && fa4::hopper::bwd_hd256_writer_clocks(clk).empty() && clk[3] > 0 &&
+            clk[2] > 0) {
+          // All 13 launches, every CTA's writer: where its span went (steps after the first).
+          std::printf("      writer (v68%s): per step %.0f cycles; waiting for the consumers %.1f%%, for the bulk "
+                      "engine (wait_group.read) %.1f%%, other (issue, ring stage) %.1f%%\n",
+                      det ? " det" : "", double(clk[2]) / double(clk[3]), 100.0 * double(clk[0]) / double(clk[2]),
+                      100.0 * double(clk[1]) / double(clk[2]),
+                      100.0 - 100.0 * double(clk[0] + clk[1]) / double(clk[2]));
+        }
         std::fflush(stdout);
         }
         for (void* ptr : {q, k, v, o, dout, dq, dk, dv, static_cast<void*>(lse), static_cast<void*>(dlse), ws_mem})

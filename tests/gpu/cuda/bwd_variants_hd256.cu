@@ -1,7 +1,7 @@
 // The standalone harness's extra backward kernel variants for head dim 256 (bf16 only; the library,
 // cuda/hopper/bwd_hd256.cu, builds bwd_default_variant(256) for bf16 and fp16). Not part of the pip build:
 // CMake globs cuda/hopper/*.cu only. Variant bits: 1 = PipelineScores, 2 = DqViaTma, 4 = DqInRing, 8 = Persistent,
-// 16 = SplitSdP, 32 = ScoresAhead (bwd_config.cuh).
+// 16 = SplitSdP, 32 = ScoresAhead, 64 = WriterTiming (bwd_config.cuh).
 #include "hopper/bwd_kernel.cuh"
 
 namespace fa4::hopper {
@@ -27,7 +27,17 @@ std::string launch_bwd_hd256_variant(const BwdProblem& p, const BwdWorkspace& ws
     case 12: return run<12>(p, ws, stream);  // 4 + Persistent, dQ in 2 pieces (bwd v3)
     case 20: return run<20>(p, ws, stream);  // 4 + SplitSdP: S^T on WG 0, dP^T on WG 1, m64n64 (bwd v4)
     case 52: return run<52>(p, ws, stream);  // 20 + ScoresAhead: next scores during the dQ staging (bwd v4)
+    case 68: return run<68>(p, ws, stream);  // 4 + WriterTiming: V4 with the writer's clock64 counters
     default: return "hd256 has no variant " + std::to_string(variant) + " (no DqViaTma: shared memory)";
   }
+}
+
+// Variant 68's writer counters (g_bwd_writer_clocks of this translation unit): copies the four
+// sums [ring-barrier wait, wait_group.read, writer span, steps] into out and clears them.
+std::string bwd_hd256_writer_clocks(unsigned long long* out) {
+  cudaError_t e = cudaMemcpyFromSymbol(out, g_bwd_writer_clocks, 4 * sizeof(unsigned long long));
+  const unsigned long long zero[4] = {0, 0, 0, 0};
+  if (e == cudaSuccess) e = cudaMemcpyToSymbol(g_bwd_writer_clocks, zero, sizeof(zero));
+  return e == cudaSuccess ? std::string() : std::string(cudaGetErrorString(e));
 }
 }  // namespace fa4::hopper
