@@ -13,8 +13,9 @@
 //   dQ = dS K: the block_m x head_dim tile is cut into dq_row_slices() x dq_col_slices() pieces
 //     of 64 x dq_cols(), one per warpgroup, added to a float32 accumulator in global memory.
 //
-// Variants (bwd v2/v3, NOTES.md), compile-time flags; variant number = bit 0 PipelineScores +
-// bit 1 DqViaTma + bit 2 DqInRing + bit 3 Persistent (BwdConfig<HeadDim, Variant>):
+// Variants (bwd v2/v3/v4, NOTES.md), compile-time flags; variant number = bit 0 PipelineScores +
+// bit 1 DqViaTma + bit 2 DqInRing + bit 3 Persistent + bit 4 SplitSdP + bit 5 ScoresAhead
+// (BwdConfig<HeadDim, Variant>):
 //   PipelineScores: step t+1's S^T = K Q^T is issued right after step t's dQ wgmma, before the
 //     dQ wait and the dQ adds, and dP^T of t+1 right after the adds, so the tensor cores have
 //     queued work while the consumers add dQ (v1 issued both only at the top of the next step).
@@ -35,8 +36,25 @@
 namespace fa4::hopper {
 
 template <int HeadDim, int BlockM, int BlockN, int ProducerRegs, int ConsumerRegs, int DqPieces = 1,
-          bool PipelineScores = false, bool DqViaTma = false, bool DqInRing = false, bool Persistent = false>
+          bool PipelineScores = false, bool DqViaTma = false, bool DqInRing = false, bool Persistent = false,
+          bool SplitSdP = false, bool ScoresAhead = false, bool WriterTiming = false>
 struct BwdTile {
+  // WriterTiming (harness-only instrumentation, variant 68 = V4 + 64): the DqInRing writer warp
+  // adds its clock64 cycles spent waiting for the consumers (ring barrier), waiting for the bulk
+  // engine (wait_group.read) and in total to a per-translation-unit counter
+  // (g_bwd_writer_clocks), which the harness reads after timing it.
+  static constexpr bool writer_timing() { return WriterTiming; }
+  // ScoresAhead (bwd v4 candidate, with SplitSdP): the next step's S^T / dP^T chain is issued as
+  // soon as this step's dK/dQ group is issued, and runs while this step's dQ piece is staged in
+  // the ring (retired before the loop's back edge, so no wgmma group is in flight across it).
+  static constexpr bool scores_ahead() { return ScoresAhead; }
+  // SplitSdP (bwd v4 candidate, hd256 with DqInRing): the two consumer warpgroups split the score
+  // products by KIND instead of by query columns: warpgroup 0 computes S^T = K Q^T over all
+  // block_m query columns (one m64n64 wgmma chain instead of two m64n32 ones, so K is read from
+  // shared memory once per step instead of twice) and P^T, warpgroup 1 dP^T = V dO^T and, after
+  // reading P^T back from shared memory (named barrier kBwdBarPReady), dS^T. The dK/dV/dQ
+  // ownership (head-dim halves) and the DqInRing dQ path are V4's.
+  static constexpr bool split_sdp() { return SplitSdP; }
   // Persistent (bwd v3): one CTA per SM loops over (key block, kv head, batch) tiles taken from a
   // global counter (bwd_kernel_persistent); the next tile's K/V loads overlap this tile's dK/dV
   // stores, the Q/dO ring and the dQ handshakes run on across tiles.
@@ -143,6 +161,10 @@ struct BwdTile {
                               !PipelineScores && 64u * dq_cols() * 4 == 2 * ring_region_bytes() &&
                               ring_region_bytes() % 1024 == 0),
                 "DqInRing: hd256-style split, v1 schedule, dQ piece = Q half + dO half (2 pieces: one each)");
+  static_assert(!SplitSdP || (DqInRing && !Persistent && DqPieces == 1 && BlockM == 64 && row_groups() == 1),
+                "SplitSdP: V4's shape (hd256, 64 x 64, DqInRing, one dQ piece), m64n64 score products");
+  static_assert(!ScoresAhead || SplitSdP, "ScoresAhead is a SplitSdP schedule");
+  static_assert(!WriterTiming || (DqInRing && !Persistent), "WriterTiming instruments the DqInRing writer");
 
   // DqViaTma: float offset inside dq_accum's block_m x head_dim tile of query block m (the tile
   // itself sits where the row-major one would, at row m * block_m) of the element of accumulator
@@ -200,11 +222,17 @@ struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 
 // PipelineScores keeps S^T of the next step in flight beside dQ: dQ in 2 pieces of 32 registers.
 // DqInRing (V & 4, hd256 only): the dQ pieces go through the Q/dO ring stages (see the top).
 // Persistent (V & 8) at hd256: dQ in 2 pieces (32 registers), else its consumer spills.
+// SplitSdP (V & 16, with DqInRing: variant 20): S^T on warpgroup 0, dP^T on warpgroup 1, each
+// m64n64 over the whole 64 x 64 tile (see BwdTile). ScoresAhead (V & 32, variant 52 = 20 + 32):
+// the next step's scores run during this step's dQ staging.
 template <int V>
 struct BwdConfig<256, V> : BwdTile<256, 64, 64, 24, 240, /*DqPieces=*/(V & 9) ? 2 : 1, (V & 1) != 0, false,
-                                   (V & 4) != 0, (V & 8) != 0> {
+                                   (V & 4) != 0, (V & 8) != 0, (V & 16) != 0, (V & 32) != 0, (V & 64) != 0> {
   static_assert((V & 2) == 0, "hd256 has no DqViaTma variant");
   static_assert((V & 5) != 5, "DqInRing uses the v1 schedule (no PipelineScores)");
+  static_assert((V & 16) == 0 || (V & 29) == 20, "SplitSdP: variant 20 = DqInRing + SplitSdP only");
+  static_assert((V & 32) == 0 || (V & 16) != 0, "ScoresAhead (variant 52) needs SplitSdP");
+  static_assert((V & 64) == 0 || (V & 4) != 0, "WriterTiming (variant 68 = 4 + 64) instruments DqInRing");
 };
 
 }  // namespace fa4::hopper

@@ -40,7 +40,8 @@
 // m first) with the key blocks launched last-first (bwd_key_block). Either way a CTA only waits
 // for CTAs of lower blockIdx.x, dispatched before it. Without DqViaTma the consumers do this
 // (dq_tile_wait / dq_tile_signal around add_dq_tile); with it the writer warp does (bwd_dq_writer),
-// the consumers are unchanged.
+// the consumers are unchanged; likewise DqInRing's writer (bwd_dq_ring_writer), which frees the
+// ring stage only after the handshake.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -142,6 +143,9 @@ constexpr uint32_t kBwdBarDqRing = 2;
 // Deterministic mode without DqViaTma: both consumer warpgroups, twice per step, around the dQ
 // adds (dq_tile_wait, dq_tile_signal).
 constexpr uint32_t kBwdBarDq = 4;
+// SplitSdP (variant 20): P^T of the step is in shared memory (warpgroup 0 stored it, warpgroup 1
+// reads it back for dS^T; both then issue dV): both consumer warpgroups, bar.sync, once per step.
+constexpr uint32_t kBwdBarPReady = 5;
 
 template <class T>
 __device__ __forceinline__ uint32_t bwd_pack2(float lo, float hi) {
@@ -151,6 +155,16 @@ __device__ __forceinline__ uint32_t bwd_pack2(float lo, float hi) {
   } else {
     __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+// The inverse of bwd_pack2: two 16-bit values to floats (lo, hi).
+template <class T>
+__device__ __forceinline__ float2 bwd_unpack2(uint32_t v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+  } else {
+    return __half22float2(*reinterpret_cast<const __half2*>(&v));
   }
 }
 
@@ -305,6 +319,22 @@ __device__ __forceinline__ void store_pds(uint8_t* tile, const uint32_t (&v)[N /
       const int row = 64 * r + 16 * warp + lane / 4 + 8 * i;
       const int col = col0 + 8 * j + 2 * (lane % 4);
       *reinterpret_cast<uint32_t*>(tile + sw128_offset(row, col, Cfg::chunk_bytes_kv())) = v[2 * j + i];
+    }
+  }
+}
+
+// The inverse of store_pds (SplitSdP): the same thread reads back the same packed pairs, so a tile
+// stored by one warpgroup comes back in the other's accumulator layout, element for element.
+template <class Cfg, int N>
+__device__ __forceinline__ void load_pds(uint32_t (&v)[N / 4], const uint8_t* tile, int r, int col0, int warp,
+                                         int lane) {
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = 64 * r + 16 * warp + lane / 4 + 8 * i;
+      const int col = col0 + 8 * j + 2 * (lane % 4);
+      v[2 * j + i] = *reinterpret_cast<const volatile uint32_t*>(tile + sw128_offset(row, col, Cfg::chunk_bytes_kv()));
     }
   }
 }
@@ -549,23 +579,62 @@ __device__ __forceinline__ void stage_dq_ring_pieces(float (&dq)[Cfg::dq_cols() 
 // the ring stage), lane 0 adds the four 16 KB regions to the query block's fragment-order tile of
 // dq_accum (warpgroup c's piece at float 64 * dq_cols * c, its Q half first), waits until the bulk
 // engine has read them, and frees the Q and dO stage (their empty barriers count only this
-// arrival in this variant). THE place where dQ reaches global memory in this variant (a
-// deterministic mode's semaphore wraps the four adds, as in bwd_dq_writer).
-template <class Cfg, bool Causal, class Barriers>
+// arrival in this variant). THE place where dQ reaches global memory in this variant, so
+// deterministic mode orders the adds here, as bwd_dq_writer does for DqViaTma: lane 0 spins
+// (ld.acquire) until the (batch, head, query block) semaphore equals this key block's rank
+// (bwd_dq_rank), fence.proxy.async.global (the bulk reduce is an async-proxy access after the
+// acquire), the four reduce-adds, then -- as in the default mode -- cp.async.bulk.wait_group.read
+// 0 and the arrivals that free the ring stage (the bulk engine has read it; the global writes
+// may still be in flight, which only the semaphore cares about), then cp.async.bulk.wait_group 0
+// (the global writes done), fence.proxy.async.global, __threadfence, st.release rank + 1. So in
+// that mode a stage is held until the CTA's turn came and its adds were read out: the consumers
+// can run at most one step (the other stage) ahead of the semaphore; the producer's next load
+// into this stage waits for it. Deadlock: the writer of key
+// block n waits only for its predecessor in m's order, a CTA dispatched earlier (bwd_dq_rank,
+// bwd_key_block), whose writer depends on nothing of this CTA. Det is args.deterministic as a
+// template argument (the kernel picks one of two copies of the loop): at 24 registers the
+// semaphore's address and rank spill a few words, and so only the deterministic copy pays that.
+// WriterTiming (variant 68, harness only): the ring writer's lane 0 adds [cycles waiting on the
+// ring barrier (for the consumers), cycles in wait_group.read (for the bulk engine), cycles from
+// its first step to its end, steps] here; one per translation unit (static), read and cleared by
+// the harness (tests/gpu/cuda/bwd_variants_hd256.cu).
+static __device__ unsigned long long g_bwd_writer_clocks[4];
+
+template <class Cfg, bool Causal, bool Det, class Barriers>
 __device__ __forceinline__ void bwd_dq_ring_writer(uint8_t* smem, Barriers* q_bars, Barriers* do_bars,
                                                    const BwdArgs& args, int n0, int kv_head, int batch, int lane) {
   int m_begin, m_end;
   bwd_m_range<Cfg, Causal>(args, n0, &m_begin, &m_end);
   if (m_end <= m_begin) return;
   constexpr uint32_t kRegion = Cfg::ring_region_bytes();
+  constexpr bool kTime = Cfg::writer_timing();
+  [[maybe_unused]] unsigned long long t_bar = 0, t_bulk = 0, t_first = 0;
   int stage = 0;
   int step = 0;
   for (int g = 0; g < args.group; ++g) {
     const int head = kv_head * args.group + g;
     float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
     for (int m = m_begin; m < m_end; ++m) {
+      [[maybe_unused]] unsigned long long t0 = 0;
+      if constexpr (kTime) t0 = clock64();
       named_barrier_sync(kBwdBarDqRing + uint32_t(step & 1), kBwdDqBarrierThreads);
+      if constexpr (kTime) {
+        const unsigned long long t1 = clock64();
+        if (step == 0) {
+          t_first = t1;  // the first step's wait includes the kernel's start-up: not counted
+        } else {
+          t_bar += t1 - t0;
+        }
+      }
       if (lane == 0) {
+        // Deterministic mode: this key block's place in m's order (bwd_dq_rank).
+        int* sem = Det ? args.dq_sem + (int64_t(batch) * args.heads_q + head) * (args.seq_q_pad / 64) + m : nullptr;
+        const int rank = Det ? bwd_dq_rank<Cfg, Causal>(args, n0 / Cfg::block_n(), m) : 0;
+        if constexpr (Det) {
+          while (ld_acquire_gpu(sem) != rank) {
+          }
+          fence_proxy_async_global();  // the bulk reduces (async proxy) after the acquire
+        }
         const uint8_t* q_tile = smem + Cfg::q_offset() + stage * Cfg::q_tile_bytes();
         const uint8_t* do_tile = smem + Cfg::do_offset() + stage * Cfg::q_tile_bytes();
         float* dst = dq_rows + int64_t(m) * Cfg::block_m() * Cfg::head_dim();
@@ -576,13 +645,30 @@ __device__ __forceinline__ void bwd_dq_ring_writer(uint8_t* smem, Barriers* q_ba
           bulk_reduce_add_f32(piece + kRegion / 4, reinterpret_cast<const float*>(do_tile + c * kRegion), kRegion);
         }
         bulk_commit();
+        [[maybe_unused]] unsigned long long t2 = 0;
+        if constexpr (kTime) t2 = clock64();
         bulk_wait_read();  // the async proxy has read the stage: the producer may refill it
+        if constexpr (kTime) t_bulk += clock64() - t2;
         mbarrier_arrive(&q_bars->empty[stage]);
         mbarrier_arrive(&do_bars->empty[stage]);
+        if constexpr (Det) {
+          bulk_wait_all();             // the reduces' global writes are done ...
+          fence_proxy_async_global();  // ... and ordered before the generic-proxy release
+          __threadfence();
+          st_release_gpu(sem, rank + 1);
+        }
       }
       __syncwarp();
       if (++stage == Cfg::q_stages()) stage = 0;
       ++step;
+    }
+  }
+  if constexpr (kTime) {
+    if (lane == 0) {
+      atomicAdd(&g_bwd_writer_clocks[0], t_bar);
+      atomicAdd(&g_bwd_writer_clocks[1], t_bulk);
+      atomicAdd(&g_bwd_writer_clocks[2], clock64() - t_first);
+      atomicAdd(&g_bwd_writer_clocks[3], static_cast<unsigned long long>(step));
     }
   }
   if (lane == 0) bulk_wait_all();  // global writes done before the CTA exits
@@ -821,6 +907,23 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     }
   } else {
     // ---- v1 schedule: every wgmma group of a step retires inside the step.
+    // SplitSdP: this warpgroup's score tile (c0: S^T then P^T; c1: dP^T then dS^T). ScoresAhead:
+    // the first step's scores are issued here, every later step's in the step before it.
+    [[maybe_unused]] float sc[Cfg::split_sdp() ? BM / 2 : 1];
+    if constexpr (Cfg::scores_ahead()) {
+      if (any) {
+        if (c == 0) {
+          q.wait(0);
+        } else {
+          dO.wait(0);
+        }
+      }
+      wgmma_fence();
+      issue_transposed_scores<T, Cfg, BM>(sc, c == 0 ? sK : sV, 0, c == 0 ? q.get() : dO.get(), 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(sc);
+    }
     for (int g = 0; any && g < args.group; ++g) {
       const int head = kv_head * args.group + g;
       float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
@@ -829,6 +932,137 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
         const int stage = q.pipe.stage;  // the two rings advance together
         const uint8_t* q_tile = q.get();
         const uint8_t* do_tile = dO.get();
+
+        if constexpr (Cfg::split_sdp()) {
+          // ---- SplitSdP (variant 20): warpgroup 0 = S^T -> P^T, warpgroup 1 = dP^T -> dS^T, each
+          // over the whole 64 keys x BM queries (m64n64). Order per step:
+          //   c0: wait Q; S^T; wait<0>; P^T (exp2, mask); store P^T; fence.proxy.async
+          //   c1: wait dO; dP^T; wait<0>
+          //   both: bar.sync PReady (P^T visible to c1's loads and to both warpgroups' wgmmas)
+          //   both: issue dV += P^T dO (SS, own head-dim half; group 1: runs during c1's dS^T)
+          //   c1: load P^T, dS^T = P^T (dP^T - delta'), store dS^T; fence.proxy.async
+          //   both: bar.sync Pds; issue dK += dS^T Q and dQ = dS K (group 2); wait<0>
+          //   then V4's DqInRing staging (stage_dq_ring) and ring advance.
+          // Buffer reuse is V4's: P^T / dS^T buffer step % 2 is rewritten at step + 2, after both
+          // warpgroups passed Pds(step + 1), which each reaches after the wait<0> retiring every
+          // wgmma of `step` (and c1's generic P^T loads precede its Pds(step) arrival).
+          const bool is_s = c == 0;
+          if (is_s) {
+            q.wait(0);
+          } else {
+            dO.wait(0);
+          }
+          if constexpr (!Cfg::scores_ahead()) {
+            wgmma_fence();
+            issue_transposed_scores<T, Cfg, BM>(sc, is_s ? sK : sV, 0, is_s ? q_tile : do_tile, 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(sc);
+          }  // ScoresAhead: sc holds this step's scores already (issued in the previous step)
+          uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
+          uint8_t* p_tile = sP + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
+          uint32_t pk[BM / 4];
+          if (is_s) {
+            const bool need_mask = n0 + Cfg::block_n() > args.seq_k ||
+                                   (Causal && n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q);
+            const float* lse_cols = sLse + stage * BM + col_in_slice;
+#pragma unroll
+            for (int j = 0; j < BM / 8; ++j) {
+              const float2 l = *reinterpret_cast<const float2*>(lse_cols + 8 * j);
+#pragma unroll
+              for (int i = 0; i < 2; ++i) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  float p = bwd_exp2(fmaf(sc[4 * j + 2 * i + e], args.scale_log2, -(e ? l.y : l.x)));
+                  if (need_mask) {
+                    const int key = key_row0 + 8 * i;
+                    const int query = m0 + col_in_slice + 8 * j + e;
+                    if (key >= args.seq_k || (Causal && key > query + args.seq_k - args.seq_q)) p = 0.f;
+                  }
+                  sc[4 * j + 2 * i + e] = p;
+                }
+              }
+            }
+#pragma unroll
+            for (int k = 0; k < BM / 4; ++k) pk[k] = bwd_pack2<T>(sc[2 * k], sc[2 * k + 1]);
+            store_pds<Cfg, BM>(p_tile, pk, 0, 0, warp, lane);
+            fence_proxy_async_smem();
+          }
+          named_barrier_sync(kBwdBarPReady, kBwdConsumerThreads);
+          // Each warpgroup waits itself on the full barrier of every TMA tile its wgmmas read (the
+          // phase completed long ago: this returns at once), rather than relying on the other
+          // warpgroup's wait plus a named barrier for the async-proxy writes' visibility.
+          if (is_s) dO.wait(0);
+          wgmma_fence();
+          issue_dkv_ss<T, Cfg>(dv, p_tile, 0, do_tile, dkv_col0);
+          wgmma_commit();
+          if (!is_s) {
+            load_pds<Cfg, BM>(pk, p_tile, 0, 0, warp, lane);
+            const float* delta_cols = sDelta + stage * BM + col_in_slice;
+#pragma unroll
+            for (int j = 0; j < BM / 8; ++j) {
+              const float2 dl = *reinterpret_cast<const float2*>(delta_cols + 8 * j);
+#pragma unroll
+              for (int i = 0; i < 2; ++i) {
+                const float2 pp = bwd_unpack2<T>(pk[2 * j + i]);
+                pk[2 * j + i] = bwd_pack2<T>(pp.x * (sc[4 * j + 2 * i] - dl.x), pp.y * (sc[4 * j + 2 * i + 1] - dl.y));
+              }
+            }
+            store_pds<Cfg, BM>(ds_tile, pk, 0, 0, warp, lane);
+            fence_proxy_async_smem();
+          }
+          named_barrier_sync(kBwdBarPds, kBwdConsumerThreads);
+          if (!is_s) q.wait(0);
+          wgmma_fence();
+          issue_dkv_ss<T, Cfg>(dk, ds_tile, 0, q_tile, dkv_col0);
+          float dq[Cfg::dq_cols() / 2];
+          issue_dq<T, Cfg, Cfg::dq_cols()>(dq, ds_tile, qs, sK, dq_col0);
+          wgmma_commit();
+          wgmma_wait<0>();
+          fence_regs(dq);
+          fence_regs(dk);
+          fence_regs(dv);
+          if constexpr (Cfg::scores_ahead()) {
+            // stage_dq_ring in two halves with the next step's scores issued between them (the
+            // first half's 32 registers are free by then: 32 dQ + 32 scores + 128 dK/dV live).
+            // The scores come from the other ring stage and are issued unconditionally (after
+            // the last step: no wait, a stage nobody writes any more, never read -- as
+            // PipelineScores does, so the same groups are in flight on every path).
+            constexpr int kHalfPairs = Cfg::dq_cols() / 8;
+            const uint32_t within = uint32_t(c) * Cfg::ring_region_bytes() + 8u * uint32_t(tid);
+            const uint32_t qa = smem_addr(q_tile) + within;
+            const uint32_t da = smem_addr(do_tile) + within;
+#pragma unroll
+            for (int u = 0; u < kHalfPairs; ++u) {
+              asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(qa + 1024 * u), "f"(dq[2 * u]), "f"(dq[2 * u + 1])
+                           : "memory");
+            }
+            // (m / g based, non-causal had 0 consumer spills but causal 156 B; this form: one
+            // loop-carried word, 1 STL + 1 LDL per step in the consumer, both causal modes.)
+            const bool has_next = step + 1 < step0 + tile_steps;
+            Ring nx = is_s ? q : dO;
+            nx.advance();
+            if (has_next) nx.wait(0);
+            wgmma_fence();
+            issue_transposed_scores<T, Cfg, BM>(sc, is_s ? sK : sV, 0, nx.get(), 0);
+            wgmma_commit();
+#pragma unroll
+            for (int u = 0; u < kHalfPairs; ++u) {
+              asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(da + 1024 * u), "f"(dq[2 * (kHalfPairs + u)]),
+                           "f"(dq[2 * (kHalfPairs + u) + 1])
+                           : "memory");
+            }
+            fence_proxy_async_smem();
+            named_barrier_arrive(kBwdBarDqRing + uint32_t(step & 1), kBwdDqBarrierThreads);
+            wgmma_wait<0>();
+            fence_regs(sc);
+          } else {
+            stage_dq_ring<Cfg>(dq, q_tile, do_tile, c, tid, step);
+          }
+          q.advance();
+          dO.advance();
+          continue;
+        }
 
         // S^T and dP^T: both issued before either is read, so dP^T runs during P's exp2.
         float st[NS / 2];
@@ -1037,7 +1271,11 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
       bwd_dq_writer<Cfg, Causal>(smem, args, n0, kv_head, batch, threadIdx.x % 32);
     } else if (Cfg::dq_in_ring() && threadIdx.x / 32 == 1) {
       if (args.pdl) griddep_wait();
-      bwd_dq_ring_writer<Cfg, Causal>(smem, q_bars, do_bars, args, n0, kv_head, batch, threadIdx.x % 32);
+      if (args.deterministic) {
+        bwd_dq_ring_writer<Cfg, Causal, true>(smem, q_bars, do_bars, args, n0, kv_head, batch, threadIdx.x % 32);
+      } else {
+        bwd_dq_ring_writer<Cfg, Causal, false>(smem, q_bars, do_bars, args, n0, kv_head, batch, threadIdx.x % 32);
+      }
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();

@@ -31,6 +31,7 @@ namespace fa4::hopper {  // tests/gpu/cuda/bwd_variants_hd*.cu
 std::string launch_bwd_hd64_variant(const BwdProblem&, const BwdWorkspace&, cudaStream_t, int variant);
 std::string launch_bwd_hd128_variant(const BwdProblem&, const BwdWorkspace&, cudaStream_t, int variant);
 std::string launch_bwd_hd256_variant(const BwdProblem&, const BwdWorkspace&, cudaStream_t, int variant);
+std::string bwd_hd256_writer_clocks(unsigned long long* out);  // variant 68's counters (read + clear)
 }  // namespace fa4::hopper
 
 using fa4::hopper::BwdDtype;
@@ -38,14 +39,17 @@ using fa4::hopper::BwdProblem;
 using fa4::hopper::BwdWorkspace;
 
 // Kernel variants (cuda/hopper/bwd_config.cuh: bit 0 PipelineScores, bit 1 DqViaTma, bit 2
-// DqInRing, bit 3 Persistent). The library's variant for a head dim (bwd_default_variant: 3 at
-// hd64/hd128, 4 at hd256) is built for bf16 and fp16; the others for bf16 only: hd64/hd128 0, 1,
-// 2, 3, 11; hd256 0, 1, 4, 12.
+// DqInRing, bit 3 Persistent, bit 4 SplitSdP, bit 5 ScoresAhead). The library's variant for a
+// head dim (bwd_default_variant: 3 at hd64/hd128, 4 at hd256) is built for bf16 and fp16; the
+// others for bf16 only: hd64/hd128 0, 1, 2, 3, 11; hd256 0, 1, 4, 12, 20 (= 4 + SplitSdP) and
+// 52 (= 20 + ScoresAhead), the last two bwd v4 candidates, and 68 (= V4 + the writer warp's
+// clock64 counters, printed after its bench rows).
 static int g_variant = 0;
 static bool variant_built(int d, bool bf16, int v) {
   if (v == fa4::hopper::bwd_default_variant(d)) return true;
   if (!bf16) return false;
-  return d == 256 ? (v == 0 || v == 1 || v == 4 || v == 12) : ((v >= 0 && v <= 3) || v == 11);
+  return d == 256 ? (v == 0 || v == 1 || v == 4 || v == 12 || v == 20 || v == 52 || v == 68)
+                  : ((v >= 0 && v <= 3) || v == 11);
 }
 // Launch options (fa4::hopper::BwdLaunchOptions, cuda/hopper/bwd_launch.h) as a bit mask: 1 =
 // fused_prepost (dq_accum zeroed in the preprocess, grid-indexed pre/postprocess), 2 = pdl
@@ -66,6 +70,19 @@ static std::string dispatch_variant(const BwdProblem& p, const BwdWorkspace& ws,
 static std::string launch_variant(const BwdProblem& p, const BwdWorkspace& ws, int variant) {
   g_variant = variant;
   return fa4::hopper::launch_bwd_checked(p, ws, 0, dispatch_variant);
+}
+// Deterministic mode is run two ways: "lib det" = the library's own entry point (launch_bwd, which
+// runs bwd_deterministic_variant: V3 at hd64/hd128, V0 at hd256), for the library's variant of the
+// head dim; "det" = the variant itself launched with deterministic = true, for the variants whose
+// own dQ path orders the adds and that are candidates for bwd_deterministic_variant: hd256 (bf16)
+// V0, V1 (consumer-side semaphores), V4, V20 and V52 (the semaphore handshake in the DqInRing
+// writer warp). The persistent variants (11, 12) have no deterministic mode.
+static bool det_direct(int d, bool bf16, int v) {
+  return d == 256 && bf16 && (v == 0 || v == 1 || v == 4 || v == 20 || v == 52);
+}
+// mode 0 default, 1 deterministic (the variant itself), 2 deterministic through the library.
+static std::string launch_mode(const BwdProblem& p, const BwdWorkspace& ws, int variant, int mode) {
+  return mode == 2 ? fa4::hopper::launch_bwd(p, ws, 0) : launch_variant(p, ws, variant);
 }
 
 struct Case {
@@ -168,8 +185,12 @@ static Err compare(const std::vector<uint16_t>& got, const std::vector<double>& 
   return e;
 }
 
-// Runs one case for every variant and launch option set (and, for the library's variant of the
-// head dim, in the deterministic mode too), two launches each; returns the number of failing runs.
+// Runs one case for every variant and launch option set (and in deterministic mode: through the
+// library for the library's variant of the head dim, directly for det_direct variants), two
+// launches each; returns the number of failing runs.
+// Which of the three run modes the check does (--modes, default all): 0 default, 1 deterministic
+// (the variant itself), 2 deterministic through the library (launch_mode).
+static bool g_modes[3] = {true, true, true};
 static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std::vector<int>& variants,
                     const std::vector<int>& opt_list, int* runs) {
   const size_t nq = size_t(c.b) * c.sq * c.hq * c.d, nk = size_t(c.b) * c.sk * c.hkv * c.d;
@@ -233,11 +254,14 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   for (int opts : opt_list)
   for (int variant : variants) {
   if (!variant_built(c.d, c.bf16, variant)) continue;
-  for (int det = 0; det < (variant == fa4::hopper::bwd_default_variant(c.d) ? 2 : 1); ++det) {
+  for (int det = 0; det < 3; ++det) {
+  if (!g_modes[det]) continue;
+  if (det == 1 && !det_direct(c.d, c.bf16, variant)) continue;
+  if (det == 2 && variant != fa4::hopper::bwd_default_variant(c.d)) continue;
   p.deterministic = det != 0;
   set_options(opts);
   ++*runs;
-  const char* mode = det ? " det" : "    ";
+  const char* mode = det == 2 ? " lib det" : (det ? " det" : "    ");
   std::vector<uint16_t> gq[2], gk[2], gv[2];
   bool launched = true;
   for (int run = 0; run < 2 && launched; ++run) {
@@ -246,7 +270,7 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
     CHECK_CUDA(cudaMemset(dk, 0xFF, std::max<size_t>(nk * 2, 16)));
     CHECK_CUDA(cudaMemset(dv, 0xFF, std::max<size_t>(nk * 2, 16)));
     CHECK_CUDA(cudaMemset(ws_mem, 0xFF, std::max<size_t>(ws_bytes, 16)));
-    std::string err = launch_variant(p, ws, variant);
+    std::string err = launch_mode(p, ws, variant, det);
     if (!err.empty()) {
       std::printf("FAIL v%d o%d %s%s: launch error: %s\n", variant, opts, describe(c).c_str(), mode, err.c_str());
       launched = false;
@@ -305,7 +329,8 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   return failures;
 }
 
-// with_det: also time the library's variant with deterministic = true (same buffers): rows "det".
+// with_det: also time deterministic mode (same buffers): row "det" = the library's entry point
+// (bwd_deterministic_variant), rows "<v>det" = each det_direct variant of the list launched itself.
 static void bench(const std::vector<int>& seqs, const std::vector<int>& variants, const std::vector<int>& opt_list,
                   const std::vector<int>& dims, bool with_det) {
   std::printf("\nkernel-only backward timing (preprocess + main + postprocess), FA3 grid (bf16, 16k tokens, "
@@ -340,16 +365,22 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
         cudaEventCreate(&e0);
         cudaEventCreate(&e1);
         for (int opts : opt_list)
-        for (int vi = 0; vi < int(variants.size()) + (with_det ? 1 : 0); ++vi) {
-        const bool det = vi == int(variants.size());
-        const int variant = det ? fa4::hopper::bwd_default_variant(d) : variants[vi];
+        for (int vi = 0; vi < 2 * int(variants.size()) + (with_det ? 1 : 0); ++vi) {
+        // Rows: every variant (vi even), its direct deterministic run (vi odd, with_det and
+        // det_direct only), then the library's deterministic mode.
+        const bool lib_det = vi == 2 * int(variants.size());
+        const int variant = lib_det ? fa4::hopper::bwd_default_variant(d) : variants[vi / 2];
+        const bool det = lib_det || (vi % 2 == 1);
+        if (!lib_det && vi % 2 == 1 && !(with_det && det_direct(d, true, variant))) continue;
         if (!variant_built(d, true, variant)) continue;
         p.deterministic = det;
         set_options(opts);
+        unsigned long long clk[4];
+        if (variant == 68 && d == 256) fa4::hopper::bwd_hd256_writer_clocks(clk);  // clear
         std::vector<float> ms;
         for (int it = 0; it < 13; ++it) {
           cudaEventRecord(e0);
-          std::string err = launch_variant(p, ws, variant);
+          std::string err = launch_mode(p, ws, variant, lib_det ? 2 : (det ? 1 : 0));
           cudaEventRecord(e1);
           if (!err.empty()) {
             std::printf("launch error %s\n", err.c_str());
@@ -363,12 +394,23 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
         std::sort(ms.begin(), ms.end());
         const double med = ms[ms.size() / 2];
         const double flops = 2.5 * 4.0 * b * h * double(s) * s * d / (causal ? 2 : 1);
-        if (det)
-          std::printf("%5d %7s %6d %6d %7s %5d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, "det", opts, med,
-                      flops / med / 1e9);
+        if (det) {
+          const std::string label = lib_det ? std::string("det") : std::to_string(variant) + "det";
+          std::printf("%5d %7s %6d %6d %7s %5d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, label.c_str(), opts,
+                      med, flops / med / 1e9);
+        }
         else
           std::printf("%5d %7s %6d %6d %7d %5d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, variant, opts, med,
                       flops / med / 1e9);
+        if (variant == 68 && d == 256 && fa4::hopper::bwd_hd256_writer_clocks(clk).empty() && clk[3] > 0 &&
+            clk[2] > 0) {
+          // All 13 launches, every CTA's writer: where its span went (steps after the first).
+          std::printf("      writer (v68%s): per step %.0f cycles; waiting for the consumers %.1f%%, for the bulk "
+                      "engine (wait_group.read) %.1f%%, other (issue, ring stage) %.1f%%\n",
+                      det ? " det" : "", double(clk[2]) / double(clk[3]), 100.0 * double(clk[0]) / double(clk[2]),
+                      100.0 * double(clk[1]) / double(clk[2]),
+                      100.0 - 100.0 * double(clk[0] + clk[1]) / double(clk[2]));
+        }
         std::fflush(stdout);
         }
         for (void* ptr : {q, k, v, o, dout, dq, dk, dv, static_cast<void*>(lse), static_cast<void*>(dlse), ws_mem})
@@ -399,6 +441,11 @@ int main(int argc, char** argv) {
       opt_list.clear();
       for (const char* t = argv[++i]; *t; t = std::strchr(t, ',') ? std::strchr(t, ',') + 1 : t + std::strlen(t))
         opt_list.push_back(std::atoi(t));
+    }
+    if (!std::strcmp(argv[i], "--modes") && i + 1 < argc) {  // check modes, e.g. --modes 1 (launch_mode)
+      g_modes[0] = g_modes[1] = g_modes[2] = false;
+      for (const char* t = argv[++i]; *t; t = std::strchr(t, ',') ? std::strchr(t, ',') + 1 : t + std::strlen(t))
+        if (*t >= '0' && *t <= '2') g_modes[*t - '0'] = true;
     }
     if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) {  // e.g. --variants 0,2
       variants.clear();
@@ -436,7 +483,7 @@ int main(int argc, char** argv) {
             c.with_dlse = (seed % 2) == 0;
             failures += run_case(c, seed++, &worst, variants, opt_list, &total);
           }
-    std::printf("\n%d/%d cases passed (case x variant runs; the library variant also in deterministic mode); worst max-error / tolerance = %.3f\n", total - failures,
+    std::printf("\n%d/%d cases passed (case x variant x mode runs: default, det = the variant in deterministic mode, lib det = the library's deterministic mode); worst max-error / tolerance = %.3f\n", total - failures,
                 total, worst);
   }
   if (do_bench) bench(seqs, variants, opt_list, only_d.empty() ? std::vector<int>{64, 128, 256} : only_d, det_bench);

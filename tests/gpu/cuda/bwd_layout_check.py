@@ -27,8 +27,10 @@ import numpy as np
 
 
 class Cfg:
-    def __init__(self, head_dim, block_m, block_n, dq_pieces=1):
+    def __init__(self, head_dim, block_m, block_n, dq_pieces=1, split_sdp=False):
         self.D, self.BM, self.BN = head_dim, block_m, block_n
+        # SplitSdP (variant 20): warpgroup 0 computes all of S^T, warpgroup 1 all of dP^T.
+        self.split_sdp = split_sdp
         self.W = 2
         self.row_groups = block_n // 64
         self.col_splits = self.W // self.row_groups
@@ -48,6 +50,8 @@ class Cfg:
 
 
 CONFIGS = {64: Cfg(64, 128, 128), 128: Cfg(128, 64, 128), 256: Cfg(256, 64, 64, dq_pieces=1)}
+# hd256 variant 20 (DqInRing + SplitSdP): same smem map and dK/dV/dQ ownership as V4.
+CFG_SPLIT = Cfg(256, 64, 64, dq_pieces=1, split_sdp=True)
 
 # ----------------------------------------------------------------------------------------------
 # Shared memory, swizzle, TMA, descriptors, fragments
@@ -183,7 +187,10 @@ def check_layouts(cfg: Cfg, rng) -> list[str]:
     Pt = np.tanh(St)  # stand-ins: the layout check does not care about the softmax
     dSt = Pt * dPt
     wg_regs = {}
-    for c in range(cfg.W):
+    if cfg.split_sdp:
+        errs += split_scores(cfg, smem, k_off, v_off, q_tile, do_tile, ds_tile, p_tile, St, dPt, Pt)
+        wg_regs = {c: (0, c, None, None) for c in range(cfg.W)}
+    for c in range(cfg.W if not cfg.split_sdp else 0):
         r, s = divmod(c, cfg.col_splits)
         ns = cfg.s_cols
         s_col0 = s * ns
@@ -279,11 +286,71 @@ def check_layouts(cfg: Cfg, rng) -> list[str]:
     if not (cover_dq == 1).all():
         errs.append(f"hd{D}: dQ ownership does not cover the tile once")
     cover_s = np.zeros((BN, BM), int)
-    for c in range(cfg.W):
+    for c in range(cfg.W if not cfg.split_sdp else 0):
         r, s = divmod(c, cfg.col_splits)
         cover_s[64 * r : 64 * r + 64, s * cfg.s_cols : (s + 1) * cfg.s_cols] += 1
+    if cfg.split_sdp:
+        cover_s += 1  # warpgroup 0 computes all of S^T (warpgroup 1 all of dP^T), checked above
     if not (cover_s == 1).all():
         errs.append(f"hd{D}: S^T slices do not cover the tile once")
+    return errs
+
+
+def split_scores(cfg, smem, k_off, v_off, q_tile, do_tile, ds_tile, p_tile, St, dPt, Pt):
+    """SplitSdP (variant 20): warpgroup 0 computes S^T over all BM query columns (one m64nBM
+    chain: r = 0, col0 = 0), turns it into P^T and stores it with store_pds<Cfg, BM>(p_tile, ..,
+    0, 0); warpgroup 1 computes dP^T the same way, reads P^T back with load_pds (the same
+    addresses per thread and register: its accumulator layout), and stores dS^T = P^T * dP^T
+    (the stand-in for P^T (dP^T - delta')) to ds_tile. Every P^T / dS^T byte written once."""
+    errs = []
+    D, BM = cfg.D, cfg.BM
+    regs = {}
+    for c, (name, x_off, y_tile, want) in enumerate(
+        (("S^T", k_off, q_tile, St), ("dP^T", v_off, do_tile, dPt))
+    ):
+        acc = np.zeros((64, BM))
+        for kk in range(D // 16):
+            chunk, within = kk // 4, (kk % 4) * 32
+            a = read_kmajor(smem, x_off + chunk * cfg.chunk_bytes_kv + within, 64)
+            b = read_kmajor(smem, y_tile + chunk * cfg.chunk_bytes_q + within, BM)
+            acc += a @ b.T
+        if not np.allclose(acc, want[0:64, 0:BM]):
+            errs.append(f"hd{D} split wg{c}: {name} wrong")
+        regs[c] = scatter_acc(acc)
+
+    def pds_offsets(tid, j, i):
+        w, lane = tid // 32, tid % 32
+        row = 16 * w + lane // 4 + 8 * i
+        col = 8 * j + 2 * (lane % 4)
+        return sw128_offset(row, col, cfg.chunk_bytes_kv)
+
+    pt_regs = scatter_acc(Pt[0:64, 0:BM])
+    written = {}
+    for tid in range(128):
+        for j in range(BM // 8):
+            for i in range(2):
+                off = p_tile + pds_offsets(tid, j, i)
+                smem.put(off, pt_regs[tid, 4 * j + 2 * i])
+                smem.put(off + 2, pt_regs[tid, 4 * j + 2 * i + 1])
+                written[off] = written.get(off, 0) + 1
+    if len(written) != 64 * BM // 2 or max(written.values()) != 1:
+        errs.append(f"hd{D} split: P^T store does not write each pair once")
+    ds_regs = np.empty_like(pt_regs)
+    for tid in range(128):  # warpgroup 1: load_pds, then dS^T
+        for j in range(BM // 8):
+            for i in range(2):
+                off = p_tile + pds_offsets(tid, j, i)
+                for e in range(2):
+                    p = smem.get(off + 2 * e)
+                    ds_regs[tid, 4 * j + 2 * i + e] = p * regs[1][tid, 4 * j + 2 * i + e]
+    if not np.allclose(gather_acc(ds_regs, BM), Pt[0:64, 0:BM] * dPt[0:64, 0:BM]):
+        errs.append(f"hd{D} split: P^T read back by warpgroup 1 is not its own accumulator layout")
+    for tid in range(128):
+        for j in range(BM // 8):
+            for i in range(2):
+                off = ds_tile + pds_offsets(tid, j, i)
+                smem.put(off, ds_regs[tid, 4 * j + 2 * i])
+                smem.put(off + 2, ds_regs[tid, 4 * j + 2 * i + 1])
     return errs
 
 
@@ -653,6 +720,9 @@ def main():
         if d == 256:
             print(f"hd{d}: DqInRing dQ pieces in the Q/dO ring stages {'ok' if not e5 else 'FAIL'}")
         errs += e1 + e2 + e3 + e5
+    e6 = check_layouts(CFG_SPLIT, rng)
+    print(f"hd256 SplitSdP (variant 20): layouts {'ok' if not e6 else 'FAIL'}")
+    errs += e6
     e4 = check_dq_order()
     verdict = "ok" if not e4 else "FAIL"
     print(f"deterministic dQ order (ranks, no deadlock, 1500 random shapes) {verdict}")

@@ -18,6 +18,21 @@ Models: 'v11' = PipelineScores + DqViaTma + Persistent (bwd_kernel_persistent: t
 kv_empty, ring and DqFull/DqEmpty across tiles); 'v4' = DqInRing on the v1 schedule (dQ in the
 ring stages, writer frees the stage, barrier ids by step parity); 'v12' = v4 + Persistent (the
 ring writer reads the tile ids too); 'v3' = V3 non-persistent.
+bwd v4 candidates (hd256): 'v4det' = v4 in deterministic mode (the ring writer's semaphore
+handshake: spin until the predecessor key block released the query block, the bulk adds,
+wait_group.read and free the ring stage (as in the default mode), then wait_group 0 -- the global
+writes done -- and release rank + 1;
+the predecessor is an independent role that releases the steps in order at random times, a
+successor role checks every release finds the adds landed); 'v20' = SplitSdP (warpgroup 0: S^T
+and P^T -> P^T buffer; named barrier PReady (bar.sync, both); both issue dV from the P^T buffer;
+warpgroup 1 reads P^T back, writes dS^T; Pds; dK, dQ; DqInRing staging); 'v20det' = both;
+'v52' / 'v52det' = v20 + ScoresAhead (each warpgroup's next-step scores read the other ring
+stage from between its two dQ staging halves until after its ring-barrier arrival; after the last
+step without a full-barrier wait, a discarded read).
+Mutations (--mutate, each must FAIL): 'release_early' (semaphore released after wait_group.read
+only), 'free_before_turn' (ring stage freed before the semaphore wait), 'no_pready' (warpgroup 1
+reads P^T without the PReady barrier), 'single_pds_buffer' (one P^T / dS^T buffer),
+'ahead_same_stage' (v52's look-ahead reads this step's stage instead of the next).
 
 Run: python3 tests/gpu/cuda/bwd_protocol_model.py  (exit 0 = all trials passed)
 """
@@ -92,9 +107,12 @@ class Mem:
         self.content = content
 
 
-def run_trial(model, rng, tiles_steps, stages=2):
+def run_trial(model, rng, tiles_steps, stages=2, mutate=None):
     persistent = model in ("v11", "v12")
-    ring_in_dq = model in ("v4", "v12")
+    ring_in_dq = model in ("v4", "v12", "v4det", "v20", "v20det", "v52", "v52det")
+    split = model in ("v20", "v20det", "v52", "v52det")
+    ahead = model in ("v52", "v52det")  # ScoresAhead: next step's scores during the dQ staging
+    det = model in ("v4det", "v20det", "v52det")
     stats = {}
     n_tiles = len(tiles_steps)
     # --- shared state
@@ -115,6 +133,15 @@ def run_trial(model, rng, tiles_steps, stages=2):
     d_mem = [Mem(f"dO stage {s}") for s in range(stages)]
     kv_mem = Mem("K/V")
     ds_mem = [Mem("dS buf 0"), Mem("dS buf 1")]
+    p_mem = [Mem("P buf 0"), Mem("P buf 1")]  # SplitSdP: P^T goes through shared memory
+    n_pds = 1 if mutate == "single_pds_buffer" else 2
+    pready = NamedBar("PReady", 256)
+    # Deterministic mode: sem_turn[g] = the predecessor key block released step g's query block;
+    # gw_open = steps whose bulk adds' global writes are still in flight; released = steps this
+    # CTA released to its successor.
+    sem_turn = {}
+    gw_open = set()
+    released = []
     dq_mem = Mem("dQ smem tile")
     pds = NamedBar("Pds", 256)
     dq_fullb = NamedBar("DqFull", 288)
@@ -290,6 +317,104 @@ def run_trial(model, rng, tiles_steps, stages=2):
                         d_mem[stage].close((key, "D", g + 1))
                         kv_mem.close((key, "C", g + 1))
                         kv_mem.close((key, "D", g + 1))
+            elif split:
+                # v20: SplitSdP on the v1 schedule + DqInRing (v52: + ScoresAhead)
+                own_full, own_mem, kind = (q_full, q_mem, "S") if c == 0 else (d_full, d_mem, "dP")
+                if ahead and steps:
+                    # prologue: the first step's scores, issued and retired before the loop
+                    yield wait_full(own_full, own_mem, stage, phase, step0)
+                    own_mem[stage].open((key, kind, step0))
+                    own_mem[stage].close((key, kind, step0))
+                for k in range(steps):
+                    g = step0 + k
+                    buf = g % n_pds
+                    if c == 0:
+                        # (ahead: the scores were computed in the previous step; the wait on
+                        # this stage's full barrier stays, it passes at once)
+                        yield wait_full(q_full, q_mem, stage, phase, g)
+                        if not ahead:
+                            q_mem[stage].open((key, "S", g))
+                            kv_mem.open((key, "S", g))
+                            q_mem[stage].close((key, "S", g))  # wait<0>
+                            kv_mem.close((key, "S", g))
+                        p_mem[buf].write(("P", g), stats, key)
+                    elif ahead:
+                        yield wait_full(d_full, d_mem, stage, phase, g)
+                    else:
+                        yield wait_full(d_full, d_mem, stage, phase, g)
+                        d_mem[stage].open((key, "dP", g))
+                        kv_mem.open((key, "dP", g))
+                        d_mem[stage].close((key, "dP", g))  # wait<0>
+                        kv_mem.close((key, "dP", g))
+                    if mutate != "no_pready" or c == 0:
+                        yield from named_sync(pready, 128, g)
+                    if c == 0:
+                        yield wait_full(d_full, d_mem, stage, phase, g)  # own wait before dV
+                    # dV (group 1): reads the P^T buffer and this WG's dO half
+                    d_mem[stage].open((key, "dV", g))
+                    p_mem[buf].open((key, "dV", g))
+                    kv_mem.open((key, "dV", g))
+                    if c == 1:
+                        # load_pds, dS^T, store_pds
+                        if p_mem[buf].content != ("P", g):
+                            raise Fail(f"{key}: P buf {buf} holds {p_mem[buf].content}, step {g}")
+                        yield (lambda: True), None
+                        if p_mem[buf].content != ("P", g):
+                            raise Fail(f"{key}: P buf {buf} rewritten during its load, step {g}")
+                        ds_mem[buf].write(("dS", g), stats, key)
+                    if mutate == "no_pready" and c == 1:
+                        # the arrival still happens (the barrier count stays right), only later
+                        yield from named_sync(pready, 128, g)
+                    yield from named_sync(pds, 128, g)
+                    if c == 1:
+                        yield wait_full(q_full, q_mem, stage, phase, g)  # own wait before dK
+                    if ds_mem[buf].content != ("dS", g):
+                        raise Fail(f"{key}: dS buf {buf} holds {ds_mem[buf].content}, step {g}")
+                    q_mem[stage].open((key, "dK", g))
+                    ds_mem[buf].open((key, "B", g))
+                    kv_mem.open((key, "B", g))
+                    yield (lambda: True), None  # the wgmmas run while the other roles move on
+                    # wait<0>: dV, dK, dQ retired
+                    for mem, r in (
+                        (d_mem[stage], "dV"),
+                        (p_mem[buf], "dV"),
+                        (kv_mem, "dV"),
+                        (q_mem[stage], "dK"),
+                        (ds_mem[buf], "B"),
+                        (kv_mem, "B"),
+                    ):
+                        mem.close((key, r, g))
+                    if ahead:
+                        # the next step's scores, from the other stage, during the staging;
+                        # after the last step: no wait, discarded (not a needed read)
+                        nst = (stage + 1) % stages
+                        nph = phase ^ (1 if stage + 1 == stages else 0)
+                        if mutate == "ahead_same_stage":
+                            nst, nph = stage, phase
+                        has_next = k + 1 < steps
+                        if has_next:
+                            yield wait_full(own_full, own_mem, nst, nph, g + 1)
+                        own_mem[nst].open((key, "C", g + 1), has_next)
+                        kv_mem.open((key, "C", g + 1))
+                    for mem in (q_mem[stage], d_mem[stage]):
+                        bad = [
+                            r
+                            for r, need in mem.reads.items()
+                            if need and (r[0] == key or r[1] in ("S", "dP", "C"))
+                        ]
+                        if bad:
+                            raise Fail(f"{key}: reads {bad} open on {mem.name} at dQ staging")
+                    dq_written.setdefault(g, set()).add(c)
+                    ring_stage_dq[stage].add((g, c))
+                    yield (lambda gg=g: True), (lambda gg=g: ring_bars[gg & 1].arrive(128, gg))
+                    if ahead:
+                        yield (lambda: True), None  # the look-ahead runs past the arrival
+                        nst = stage if mutate == "ahead_same_stage" else (stage + 1) % stages
+                        own_mem[nst].close((key, "C", g + 1))  # wait<0>
+                        kv_mem.close((key, "C", g + 1))
+                    stage += 1
+                    if stage == stages:
+                        stage, phase = 0, phase ^ 1
             else:
                 # v4: v1 schedule + DqInRing
                 for k in range(steps):
@@ -397,18 +522,39 @@ def run_trial(model, rng, tiles_steps, stages=2):
                     raise Fail(
                         f"writer step {g}: ring stage {stage} holds dQ {ring_stage_dq[stage]}"
                     )
+                if det and mutate == "free_before_turn":
+                    yield (
+                        (lambda s=stage: True),
+                        (lambda s=stage: (q_empty[s].arrive(), d_empty[s].arrive())),
+                    )
+                if det:
+                    # lane 0 spins (ld.acquire) until the predecessor released this query block
+                    yield (lambda gg=g: sem_turn.get(gg, False)), None
                 q_mem[stage].open(("w", g))
                 d_mem[stage].open(("w", g))
                 dq_added.append(g)
+                if det:
+                    gw_open.add(g)
                 yield (lambda: True), None  # the bulk engine reads the stage
-                # wait_group.read
+                # wait_group.read: the stage reads are done (the global writes maybe not)
                 q_mem[stage].close(("w", g))
                 d_mem[stage].close(("w", g))
                 ring_stage_dq[stage] = set()
-                yield (
-                    (lambda s=stage: True),
-                    (lambda s=stage: (q_empty[s].arrive(), d_empty[s].arrive())),
-                )
+                if not (det and mutate == "free_before_turn"):
+                    yield (
+                        (lambda s=stage: True),
+                        (lambda s=stage: (q_empty[s].arrive(), d_empty[s].arrive())),
+                    )
+                if det:
+                    if mutate == "release_early":
+                        # the release without wait_group 0: the global writes may be in flight
+                        released.append((g, g in gw_open))
+                        yield (lambda: True), None
+                        gw_open.discard(g)
+                    else:
+                        yield (lambda: True), None  # the global writes land
+                        gw_open.discard(g)  # wait_group 0; fences; st.release rank + 1
+                        released.append((g, g in gw_open))
 
     def dq_tile_writer():
         it = 0
@@ -457,7 +603,24 @@ def run_trial(model, rng, tiles_steps, stages=2):
                 return
             tid = nxt
 
+    def predecessor():
+        # The previous key block in each query block's order: releases the steps in order, at
+        # random times, and never waits on this CTA.
+        for g in range(total_steps):
+            yield (lambda: True), (lambda gg=g: sem_turn.__setitem__(gg, True))
+
+    def successor():
+        # The next key block: each release must find this CTA's adds of that step landed.
+        for g in range(total_steps):
+            yield (lambda gg=g: len(released) > gg), None
+            step, still_open = released[g]
+            if step != g or still_open:
+                raise Fail(f"semaphore of step {step} released with its global adds in flight")
+
     roles = {"loader": loader(), "c0": consumer(0), "c1": consumer(1), "w": writer()}
+    if det:
+        roles["pred"] = predecessor()
+        roles["succ"] = successor()
     tma_engine()
     current = {name: None for name in roles}
     speed = {name: rng.expovariate(1.0) + 1e-3 for name in roles}
@@ -496,17 +659,54 @@ def run_trial(model, rng, tiles_steps, stages=2):
             act()
     if sorted(dq_added) != list(range(total_steps)) or len(dq_added) != total_steps:
         raise Fail(f"dQ added for steps {dq_added}, expected each of 0..{total_steps - 1} once")
-    if dq_emptyb.arrived or dq_fullb.arrived or pds.arrived or any(b.arrived for b in ring_bars):
+    if det and [g for g, _ in released] != list(range(total_steps)):
+        raise Fail(f"semaphore releases {released}, expected steps 0..{total_steps - 1} in order")
+    if (
+        dq_emptyb.arrived
+        or dq_fullb.arrived
+        or pds.arrived
+        or pready.arrived
+        or any(b.arrived for b in ring_bars)
+    ):
         raise Fail("a named barrier generation is left open at exit")
     return stats
+
+
+def mutation_check(rng):
+    """Each mutation must make some trial fail (else the model would not notice that bug)."""
+    ok = True
+    for model, mutate in (
+        ("v4det", "release_early"),
+        ("v4det", "free_before_turn"),
+        ("v20", "no_pready"),
+        ("v20", "single_pds_buffer"),
+        ("v52", "ahead_same_stage"),
+    ):
+        caught = None
+        for _ in range(600):
+            try:
+                run_trial(model, rng, [rng.choice([3, 5, 9])], mutate=mutate)
+            except Fail as e:
+                caught = e
+                break
+        print(f"mutation {model}/{mutate}: {'caught: ' + str(caught) if caught else 'NOT CAUGHT'}")
+        ok = ok and caught is not None
+    return ok
 
 
 def main():
     rng = random.Random(1)
     failures = 0
+    if "--mutate" in sys.argv:
+        return 0 if mutation_check(rng) else 1
     for model, tiles_choices in (
         ("v3", [[1], [2], [3], [7]]),
         ("v4", [[1], [2], [5], [9]]),
+        ("v4det", [[1], [2], [5], [9]]),
+        ("v20", [[1], [2], [5], [9]]),
+        ("v20det", [[1], [2], [5], [9]]),
+        ("v52", [[1], [2], [5], [9]]),
+        ("v52det", [[1], [2], [5], [9]]),
         ("v11", [[1], [1, 1], [2, 1, 1, 3], [1, 1, 1, 1, 1], [4, 2, 6], [3, 1, 2, 1, 5, 1]]),
         ("v12", [[1], [1, 1], [2, 1, 1, 3], [1, 1, 1, 1, 1], [4, 2, 6], [3, 1, 2, 1, 5, 1]]),
     ):
