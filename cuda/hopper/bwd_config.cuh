@@ -37,8 +37,13 @@ namespace fa4::hopper {
 
 template <int HeadDim, int BlockM, int BlockN, int ProducerRegs, int ConsumerRegs, int DqPieces = 1,
           bool PipelineScores = false, bool DqViaTma = false, bool DqInRing = false, bool Persistent = false,
-          bool SplitSdP = false, bool ScoresAhead = false, bool WriterTiming = false>
+          bool SplitSdP = false, bool ScoresAhead = false, bool WriterTiming = false, bool DetRingWriter = false>
 struct BwdTile {
+  // DetRingWriter (harness-only until measured: variant 132 = V4 + 128; SplitSdP variants always):
+  // the DqInRing writer warp is also built in its deterministic form (semaphore handshake) and
+  // args.deterministic picks it at run time. Off in the library's V4, whose deterministic mode runs
+  // bwd_deterministic_variant(256) = V0, so the shipped V4 kernel is the one tested on the H200.
+  static constexpr bool det_ring_writer() { return DetRingWriter; }
   // WriterTiming (harness-only instrumentation, variant 68 = V4 + 64): the DqInRing writer warp
   // adds its clock64 cycles spent waiting for the consumers (ring barrier), waiting for the bulk
   // engine (wait_group.read) and in total to a per-translation-unit counter
@@ -227,7 +232,9 @@ struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 
 // the next step's scores run during this step's dQ staging.
 template <int V>
 struct BwdConfig<256, V> : BwdTile<256, 64, 64, 24, 240, /*DqPieces=*/(V & 9) ? 2 : 1, (V & 1) != 0, false,
-                                   (V & 4) != 0, (V & 8) != 0, (V & 16) != 0, (V & 32) != 0, (V & 64) != 0> {
+                                   (V & 4) != 0, (V & 8) != 0, (V & 16) != 0, (V & 32) != 0, (V & 64) != 0,
+                                   /*DetRingWriter=*/(V & 128) != 0 || (V & 16) != 0> {
+  static_assert((V & 128) == 0 || (V & 4) != 0, "DetRingWriter (variant 132 = 4 + 128) needs DqInRing");
   static_assert((V & 2) == 0, "hd256 has no DqViaTma variant");
   static_assert((V & 5) != 5, "DqInRing uses the v1 schedule (no PipelineScores)");
   static_assert((V & 16) == 0 || (V & 29) == 20, "SplitSdP: variant 20 = DqInRing + SplitSdP only");

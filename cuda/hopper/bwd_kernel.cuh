@@ -1271,8 +1271,12 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
       bwd_dq_writer<Cfg, Causal>(smem, args, n0, kv_head, batch, threadIdx.x % 32);
     } else if (Cfg::dq_in_ring() && threadIdx.x / 32 == 1) {
       if (args.pdl) griddep_wait();
-      if (args.deterministic) {
-        bwd_dq_ring_writer<Cfg, Causal, true>(smem, q_bars, do_bars, args, n0, kv_head, batch, threadIdx.x % 32);
+      if constexpr (Cfg::det_ring_writer()) {
+        if (args.deterministic) {
+          bwd_dq_ring_writer<Cfg, Causal, true>(smem, q_bars, do_bars, args, n0, kv_head, batch, threadIdx.x % 32);
+        } else {
+          bwd_dq_ring_writer<Cfg, Causal, false>(smem, q_bars, do_bars, args, n0, kv_head, batch, threadIdx.x % 32);
+        }
       } else {
         bwd_dq_ring_writer<Cfg, Causal, false>(smem, q_bars, do_bars, args, n0, kv_head, batch, threadIdx.x % 32);
       }

@@ -8,7 +8,8 @@
 # its ring writer; dq/dk/dv must repeat bitwise), "lib det" = the library's deterministic mode
 # (still V0 at hd256)), each stage under `timeout`; on a hang or CUDA fault each (variant, mode)
 # is rerun alone to name the culprit. Then kernel-only TFLOP/s at seq 2048 and 16384, causal and
-# not: V4, V20, V52, their deterministic runs ("4det", ...) and the library's ("det" = V0).
+# not: V4, V132 (= V4 with its deterministic writer), V20, V52, their deterministic runs
+# ("132det", ...) and the library's ("det" = V0).
 #   Variants (bwd_config.cuh): 4 = DqInRing (shipped default), 20 = 4 + SplitSdP (S^T on
 #   warpgroup 0, dP^T on warpgroup 1, m64n64 each), 52 = 20 + ScoresAhead (the next step's
 #   scores run during this step's dQ staging); 68 = V4 + the writer warp's clock64 counters
@@ -79,7 +80,7 @@ for d in ${HDS:-} $([ -n "${FULL:-}" ] && echo 64 128); do
   stamp "check hd$d rc=$? $(grep -E 'cases passed' $LOG/check_hd$d.txt)"
 done
 
-VS="4 20 52"
+VS="4 132 20 52"
 stamp "check hd256, variants $VS, launch options 1 and 5, modes default / det / lib det"
 timeout 100 $LOG/bwd_check --hd 256 --variants "${VS// /,}" --opts 1,5 > $LOG/check_hd256.txt 2>&1
 rc=$?

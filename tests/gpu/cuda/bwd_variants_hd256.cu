@@ -6,16 +6,16 @@
 
 namespace fa4::hopper {
 namespace {
-// The default variant is the library's instantiation (bf16 and fp16, bwd_hd256.cu); not built twice,
-// except for bf16 in deterministic mode: the library then runs bwd_deterministic_variant(256) (V0),
-// while this runs the variant itself with its own dQ ordering (V4: the semaphore handshake in its
-// ring writer warp), so the harness can check and time it as a bwd_deterministic_variant candidate.
+// The default variant is the library's instantiation (bf16 and fp16, bwd_hd256.cu; in deterministic
+// mode the library runs bwd_deterministic_variant(256) = V0). V4 with its own deterministic ring
+// writer, the bwd_deterministic_variant candidate, is variant 132 = 4 + DetRingWriter.
 template <int V>
 std::string run(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
   if constexpr (V == bwd_default_variant(256)) {
-    if (!(p.deterministic && p.dtype == BwdDtype::kBf16)) return launch_bwd_hd256(p, ws, stream);
+    return launch_bwd_hd256(p, ws, stream);
+  } else {
+    return launch_bwd_head_dim_bf16<256, V>(p, ws, stream);
   }
-  return launch_bwd_head_dim_bf16<256, V>(p, ws, stream);
 }
 }  // namespace
 
@@ -27,7 +27,8 @@ std::string launch_bwd_hd256_variant(const BwdProblem& p, const BwdWorkspace& ws
     case 12: return run<12>(p, ws, stream);  // 4 + Persistent, dQ in 2 pieces (bwd v3)
     case 20: return run<20>(p, ws, stream);  // 4 + SplitSdP: S^T on WG 0, dP^T on WG 1, m64n64 (bwd v4)
     case 52: return run<52>(p, ws, stream);  // 20 + ScoresAhead: next scores during the dQ staging (bwd v4)
-    case 68: return run<68>(p, ws, stream);  // 4 + WriterTiming: V4 with the writer's clock64 counters
+    case 68: return run<68>(p, ws, stream);
+    case 132: return run<132>(p, ws, stream);  // 4 + DetRingWriter: V4 with its deterministic writer  // 4 + WriterTiming: V4 with the writer's clock64 counters
     default: return "hd256 has no variant " + std::to_string(variant) + " (no DqViaTma: shared memory)";
   }
 }
