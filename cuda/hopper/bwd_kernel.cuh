@@ -705,6 +705,51 @@ __device__ __forceinline__ void bwd_dq_out(float (&dq)[Cfg::dq_cols() / Cfg::dq_
   }
 }
 
+// The softmax part of a step, on the S^T and dP^T wgmma groups in flight (waits for them in issue
+// order): P^T = 2^(S^T * scale * log2 e - lse2[query]), masked entries exactly 0, then
+// dS^T = P^T * (dP^T - delta'[query]), both packed to the input dtype for the dV / dK products.
+// query0 = this thread's first query column; lse_cols / delta_cols = its vectors in shared memory.
+template <class T, class Cfg, bool Causal, int NS>
+__device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 2], uint32_t (&pf)[NS / 4],
+                                         uint32_t (&dsf)[NS / 4], const BwdArgs& args, const float* lse_cols,
+                                         const float* delta_cols, bool need_mask, int key_row0, int query0) {
+  wgmma_wait<1>();
+  fence_regs(st);
+#pragma unroll
+  for (int j = 0; j < NS / 8; ++j) {
+    const float2 l = *reinterpret_cast<const float2*>(lse_cols + 8 * j);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float p = bwd_exp2(fmaf(st[4 * j + 2 * i + e], args.scale_log2, -(e ? l.y : l.x)));
+        if (need_mask) {
+          const int key = key_row0 + 8 * i;
+          const int query = query0 + 8 * j + e;
+          if (key >= args.seq_k || (Causal && key > query + args.seq_k - args.seq_q)) p = 0.f;
+        }
+        st[4 * j + 2 * i + e] = p;
+      }
+    }
+  }
+  wgmma_wait<0>();
+  fence_regs(dpt);
+#pragma unroll
+  for (int j = 0; j < NS / 8; ++j) {
+    const float2 dl = *reinterpret_cast<const float2*>(delta_cols + 8 * j);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      dpt[4 * j + 2 * i] = st[4 * j + 2 * i] * (dpt[4 * j + 2 * i] - dl.x);
+      dpt[4 * j + 2 * i + 1] = st[4 * j + 2 * i + 1] * (dpt[4 * j + 2 * i + 1] - dl.y);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < NS / 4; ++k) {
+    pf[k] = bwd_pack2<T>(st[2 * k], st[2 * k + 1]);
+    dsf[k] = bwd_pack2<T>(dpt[2 * k], dpt[2 * k + 1]);
+  }
+}
+
 // One consumer warpgroup's work on one tile (key block n0 of kv head `kv_head`, batch `batch`).
 // The rings q / dO carry on from the previous tile (persistent kernel) or start fresh; step0 = the
 // steps this CTA did before (the P^T/dS^T buffer and DqInRing barrier parity run on across tiles);
@@ -772,45 +817,11 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     auto scores_to_ds = [&](int m0, int stage, int step) {
       const bool need_mask = n0 + Cfg::block_n() > args.seq_k ||
                              (Causal && n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q);
-      const float* lse_cols = sLse + stage * BM + s_col0 + col_in_slice;
-      wgmma_wait<1>();
-      fence_regs(st);
-#pragma unroll
-      for (int j = 0; j < NS / 8; ++j) {
-        const float2 l = *reinterpret_cast<const float2*>(lse_cols + 8 * j);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float p = bwd_exp2(fmaf(st[4 * j + 2 * i + e], args.scale_log2, -(e ? l.y : l.x)));
-            if (need_mask) {
-              const int key = key_row0 + 8 * i;
-              const int query = m0 + s_col0 + col_in_slice + 8 * j + e;
-              if (key >= args.seq_k || (Causal && key > query + args.seq_k - args.seq_q)) p = 0.f;
-            }
-            st[4 * j + 2 * i + e] = p;
-          }
-        }
-      }
-      const float* delta_cols = sDelta + stage * BM + s_col0 + col_in_slice;
-      wgmma_wait<0>();
-      fence_regs(dpt);
-#pragma unroll
-      for (int j = 0; j < NS / 8; ++j) {
-        const float2 dl = *reinterpret_cast<const float2*>(delta_cols + 8 * j);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          dpt[4 * j + 2 * i] = st[4 * j + 2 * i] * (dpt[4 * j + 2 * i] - dl.x);
-          dpt[4 * j + 2 * i + 1] = st[4 * j + 2 * i + 1] * (dpt[4 * j + 2 * i + 1] - dl.y);
-        }
-      }
       uint32_t pf[NS / 4];
       uint32_t dsf[NS / 4];
-#pragma unroll
-      for (int k = 0; k < NS / 4; ++k) {
-        pf[k] = bwd_pack2<T>(st[2 * k], st[2 * k + 1]);
-        dsf[k] = bwd_pack2<T>(dpt[2 * k], dpt[2 * k + 1]);
-      }
+      bwd_p_ds<T, Cfg, Causal, NS>(st, dpt, pf, dsf, args, sLse + stage * BM + s_col0 + col_in_slice,
+                                   sDelta + stage * BM + s_col0 + col_in_slice, need_mask, key_row0,
+                                   m0 + s_col0 + col_in_slice);
       uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
       uint8_t* p_tile = sP + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
       if constexpr (Cfg::pds_in_registers()) {
@@ -1076,50 +1087,14 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
         issue_transposed_scores<T, Cfg, NS>(dpt, sV, r, do_tile, s_col0);
         wgmma_commit();
 
-        // P^T = 2^(S^T * scale * log2 e - lse2[query]); masked entries are set to exactly 0.
+        // P^T and dS^T (masked entries exactly 0).
         const bool need_mask = n0 + Cfg::block_n() > args.seq_k ||
                                (Causal && n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q);
-        const float* lse_cols = sLse + stage * BM + s_col0 + col_in_slice;
-        wgmma_wait<1>();
-        fence_regs(st);
-  #pragma unroll
-        for (int j = 0; j < NS / 8; ++j) {
-          const float2 l = *reinterpret_cast<const float2*>(lse_cols + 8 * j);
-  #pragma unroll
-          for (int i = 0; i < 2; ++i) {
-  #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              float p = bwd_exp2(fmaf(st[4 * j + 2 * i + e], args.scale_log2, -(e ? l.y : l.x)));
-              if (need_mask) {
-                const int key = key_row0 + 8 * i;
-                const int query = m0 + s_col0 + col_in_slice + 8 * j + e;
-                if (key >= args.seq_k || (Causal && key > query + args.seq_k - args.seq_q)) p = 0.f;
-              }
-              st[4 * j + 2 * i + e] = p;
-            }
-          }
-        }
-
-        // dS^T = P^T * (dP^T - delta'[query]).
-        const float* delta_cols = sDelta + stage * BM + s_col0 + col_in_slice;
-        wgmma_wait<0>();
-        fence_regs(dpt);
-  #pragma unroll
-        for (int j = 0; j < NS / 8; ++j) {
-          const float2 dl = *reinterpret_cast<const float2*>(delta_cols + 8 * j);
-  #pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            dpt[4 * j + 2 * i] = st[4 * j + 2 * i] * (dpt[4 * j + 2 * i] - dl.x);
-            dpt[4 * j + 2 * i + 1] = st[4 * j + 2 * i + 1] * (dpt[4 * j + 2 * i + 1] - dl.y);
-          }
-        }
         uint32_t pf[NS / 4];
         uint32_t dsf[NS / 4];
-  #pragma unroll
-        for (int k = 0; k < NS / 4; ++k) {
-          pf[k] = bwd_pack2<T>(st[2 * k], st[2 * k + 1]);
-          dsf[k] = bwd_pack2<T>(dpt[2 * k], dpt[2 * k + 1]);
-        }
+        bwd_p_ds<T, Cfg, Causal, NS>(st, dpt, pf, dsf, args, sLse + stage * BM + s_col0 + col_in_slice,
+                                     sDelta + stage * BM + s_col0 + col_in_slice, need_mask, key_row0,
+                                     m0 + s_col0 + col_in_slice);
 
         uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
         uint8_t* p_tile = sP + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
