@@ -68,6 +68,26 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
+// Epilogue: this thread's normalised O (o * o_scale per row) into rows [tile_row0, +8) of a Q-shaped
+// shared tile (64-column chunks of chunk_bytes_q, 128-byte rows, 128B swizzle: the 16-byte unit
+// index within a row XORed with row % 8), the layout the TMA store of O reads.
+template <class T, class Cfg>
+__device__ __forceinline__ void stage_o_tile(uint8_t* tile, const float (&o)[Cfg::head_dim() / 2],
+                                             const float (&o_scale)[2], int tile_row0, int lane) {
+#pragma unroll
+  for (int j = 0; j < Cfg::head_dim() / 8; ++j) {
+    const int col = 8 * j + 2 * (lane & 3);
+    const int chunk = col / 64;
+    const int cc = col % 64;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = tile_row0 + 8 * i;
+      const uint32_t off = chunk * Cfg::chunk_bytes_q() + r * 128 + (((cc / 8) ^ (r % 8)) * 16) + (cc % 8) * 2;
+      *reinterpret_cast<uint32_t*>(tile + off) = pack2<T>(o[4 * j + 2 * i] * o_scale[i], o[4 * j + 2 * i + 1] * o_scale[i]);
+    }
+  }
+}
+
 // S = Q K^T for this warpgroup's 64 rows, over the head dim in k-steps of 16, waiting for each K
 // sub-stage just before its k-steps.
 template <class T, class Cfg, class KPipe>
@@ -256,20 +276,7 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
   // read by them), then one TMA store per 64-column chunk; rows past seq_q are clipped by TMA.
   float lse[2];
   softmax.finalize(args.softmax_scale, o_scale, lse);
-  const int tile_row0 = c * 64 + row_in_wg;
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j) {
-    const int col = 8 * j + 2 * (lane & 3);
-    const int chunk = col / 64;
-    const int cc = col % 64;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = tile_row0 + 8 * i;
-      // 128B swizzle: the 16-byte unit index within a 128-byte row is XORed with (row % 8).
-      const uint32_t off = chunk * Cfg::chunk_bytes_q() + r * 128 + (((cc / 8) ^ (r % 8)) * 16) + (cc % 8) * 2;
-      *reinterpret_cast<uint32_t*>(sQ + off) = pack2<T>(o[4 * j + 2 * i] * o_scale[i], o[4 * j + 2 * i + 1] * o_scale[i]);
-    }
-  }
+  stage_o_tile<T, Cfg>(sQ, o, o_scale, c * 64 + row_in_wg, lane);
   fence_proxy_async_smem();
   named_barrier_sync(kBarEpilogue + c, 128);
   if (elected && m0 + c * 64 < args.seq_q) {
@@ -503,19 +510,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
       if (elected) tma_store_wait_read_all();
       named_barrier_sync(kBarEpilogue + c, 128);
     }
-    const int tile_row0 = c * 64 + row_in_wg;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      const int col = 8 * j + 2 * (lane & 3);
-      const int chunk = col / 64;
-      const int cc = col % 64;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r = tile_row0 + 8 * i;
-        const uint32_t off = chunk * Cfg::chunk_bytes_q() + r * 128 + (((cc / 8) ^ (r % 8)) * 16) + (cc % 8) * 2;
-        *reinterpret_cast<uint32_t*>(sO + off) = pack2<T>(o[4 * j + 2 * i] * o_scale[i], o[4 * j + 2 * i + 1] * o_scale[i]);
-      }
-    }
+    stage_o_tile<T, Cfg>(sO, o, o_scale, c * 64 + row_in_wg, lane);
     fence_proxy_async_smem();
     named_barrier_sync(kBarEpilogue + c, 128);
     if (elected && m0 + c * 64 < args.seq_q) {
