@@ -192,13 +192,16 @@ struct BwdTile {
 };
 
 // The variant the library (bwd_hd*.cu) builds for each head dim; the standalone harness builds the
-// others too. Measured on the H200 (NOTES.md, "bwd v2 on the H200" and "bwd v3 on the H200"): V3
-// (PipelineScores + DqViaTma) at hd64/hd128, +17-28% over V0; V4 (DqInRing) at hd256, +20-24%.
-constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 4 : 3; }
-// The variant deterministic mode runs: the default, except at hd256, where DqInRing's writer warp
-// (which also frees the ring stages) has no semaphore handshake; V0 orders its adds in the
-// consumers (dq_tile_wait / dq_tile_signal).
-constexpr int bwd_deterministic_variant(int head_dim) { return head_dim == 256 ? 0 : bwd_default_variant(head_dim); }
+// others too. Measured on the H200 (NOTES.md, "bwd v2/v3/v4 on the H200"): V3 (PipelineScores +
+// DqViaTma) at hd64/hd128, +17-28% over V0; V20 (DqInRing + SplitSdP) at hd256, +3-4% over V4
+// (+20-24% over V0).
+constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 20 : 3; }
+// The variant deterministic mode runs: the default everywhere (V3's dQ writer and V20's ring writer
+// order their adds with the per-tile semaphore), so one instantiation serves both modes.
+constexpr int bwd_deterministic_variant(int head_dim) { return bwd_default_variant(head_dim); }
+// Whether the library launches causal backwards in LPT sections (BwdLaunchOptions::lpt = -1):
+// measured +3% at hd256 (V20, seq 2048 and 16384); at hd64/hd128 (V3) mixed, so off.
+constexpr bool bwd_lpt_default(int head_dim) { return head_dim == 256; }
 
 template <int HeadDim, int Variant = bwd_default_variant(HeadDim)>
 struct BwdConfig;

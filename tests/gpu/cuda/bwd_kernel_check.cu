@@ -40,10 +40,10 @@ using fa4::hopper::BwdWorkspace;
 
 // Kernel variants (cuda/hopper/bwd_config.cuh: bit 0 PipelineScores, bit 1 DqViaTma, bit 2
 // DqInRing, bit 3 Persistent, bit 4 SplitSdP, bit 5 ScoresAhead). The library's variant for a
-// head dim (bwd_default_variant: 3 at hd64/hd128, 4 at hd256) is built for bf16 and fp16; the
-// others for bf16 only: hd64/hd128 0, 1, 2, 3, 11; hd256 0, 1, 4, 12, 20 (= 4 + SplitSdP) and
-// 52 (= 20 + ScoresAhead), the last two bwd v4 candidates, and 68 (= V4 + the writer warp's
-// clock64 counters, printed after its bench rows).
+// head dim (bwd_default_variant: 3 at hd64/hd128, 20 at hd256) is built for bf16 and fp16; the
+// others for bf16 only: hd64/hd128 0, 1, 2, 3, 11; hd256 0, 1, 4, 12, 52 (= 20 + ScoresAhead),
+// 132 (= 4 + DetRingWriter) and 68 (= V4 + the writer warp's clock64 counters, printed after its
+// bench rows).
 static int g_variant = 0;
 static bool variant_built(int d, bool bf16, int v) {
   if (v == fa4::hopper::bwd_default_variant(d)) return true;
@@ -58,7 +58,7 @@ static void set_options(int opts) {
   auto& o = fa4::hopper::bwd_launch_options();
   o.fused_prepost = (opts & 1) != 0;
   o.pdl = (opts & 2) != 0;
-  o.lpt = (opts & 4) != 0;
+  o.lpt = (opts & 4) != 0 ? 1 : 0;
 }
 static std::string dispatch_variant(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
   switch (p.head_dim) {
@@ -72,7 +72,7 @@ static std::string launch_variant(const BwdProblem& p, const BwdWorkspace& ws, i
   return fa4::hopper::launch_bwd_checked(p, ws, 0, dispatch_variant);
 }
 // Deterministic mode is run two ways: "lib det" = the library's own entry point (launch_bwd, which
-// runs bwd_deterministic_variant: V3 at hd64/hd128, V0 at hd256), for the library's variant of the
+// runs bwd_deterministic_variant: V3 at hd64/hd128, V20 at hd256), for the library's variant of the
 // head dim; "det" = the variant itself launched with deterministic = true, for the variants whose
 // own dQ path orders the adds and that are candidates for bwd_deterministic_variant: hd256 (bf16)
 // V0, V1 (consumer-side semaphores), V132 (= V4 with DetRingWriter), V20 and V52 (the semaphore

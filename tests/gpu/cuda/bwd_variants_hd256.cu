@@ -6,9 +6,9 @@
 
 namespace fa4::hopper {
 namespace {
-// The default variant is the library's instantiation (bf16 and fp16, bwd_hd256.cu; in deterministic
-// mode the library runs bwd_deterministic_variant(256) = V0). V4 with its own deterministic ring
-// writer, the bwd_deterministic_variant candidate, is variant 132 = 4 + DetRingWriter.
+// The default variant (V20) is the library's instantiation (bf16 and fp16, bwd_hd256.cu), which
+// deterministic mode runs too (bwd_deterministic_variant(256) = 20); V0 and V4 (with its
+// deterministic writer as variant 132) are bf16-only here.
 template <int V>
 std::string run(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
   if constexpr (V == bwd_default_variant(256)) {
@@ -27,8 +27,8 @@ std::string launch_bwd_hd256_variant(const BwdProblem& p, const BwdWorkspace& ws
     case 12: return run<12>(p, ws, stream);  // 4 + Persistent, dQ in 2 pieces (bwd v3)
     case 20: return run<20>(p, ws, stream);  // 4 + SplitSdP: S^T on WG 0, dP^T on WG 1, m64n64 (bwd v4)
     case 52: return run<52>(p, ws, stream);  // 20 + ScoresAhead: next scores during the dQ staging (bwd v4)
-    case 68: return run<68>(p, ws, stream);
-    case 132: return run<132>(p, ws, stream);  // 4 + DetRingWriter: V4 with its deterministic writer  // 4 + WriterTiming: V4 with the writer's clock64 counters
+    case 68: return run<68>(p, ws, stream);  // 4 + WriterTiming: V4 with the writer's clock64 counters
+    case 132: return run<132>(p, ws, stream);  // 4 + DetRingWriter: V4 with its deterministic writer
     default: return "hd256 has no variant " + std::to_string(variant) + " (no DqViaTma: shared memory)";
   }
 }

@@ -1,0 +1,110 @@
+"""Where the time of a benchmark chain goes, from a JAX profiler trace (GPU only).
+
+Runs the forward chains of ``bench_attention.py`` (the same chain, inputs and chain length) for
+each implementation in one cell, under ``jax.profiler`` (CUPTI), and prints per implementation:
+the chain's wall time per call, the GPU kernels of one chain (name, count, mean duration) and the
+idle time between consecutive kernels on the GPU. This tells a slow kernel from time lost between
+kernels (launch gaps, host work in a custom call's handler) when a benchmark cell reads lower
+through JAX than the kernel does alone.
+
+Usage (GPU): python benchmarks/profile_chain.py --impls jax_fa4,cudnn --head-dim 128 --seq 2048
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+
+import jax
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_attention as ba  # noqa: E402
+
+
+def gpu_kernel_events(trace_dir: str) -> list[tuple[str, int, int]]:
+    """(name, start_ns, duration_ns) of every event on the GPU planes' stream lines, by start."""
+    from jax.profiler import ProfileData
+
+    files = sorted(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True))
+    if not files:
+        raise RuntimeError(f"no .xplane.pb under {trace_dir}")
+    events = []
+    for plane in ProfileData.from_file(files[-1]).planes:
+        if not plane.name.startswith("/device:GPU"):
+            continue
+        for line in plane.lines:
+            if not line.name.lower().startswith("stream"):
+                continue
+            for e in line.events:
+                events.append((e.name, int(e.start_ns), int(e.duration_ns)))
+    return sorted(events, key=lambda x: x[1])
+
+
+def profile_impl(impl: str, cell: ba.Cell, dtype, chain_flops: float, chains: int) -> None:
+    """Prints the wall time per call and the kernel timeline summary of `chains` chains."""
+    attn = ba.make_impl(impl, cell.causal, cell.head_dim)
+    flops = ba.fwd_flops(cell.batch, cell.heads, cell.seq, cell.head_dim, cell.causal)
+    n = ba.chain_length(flops, chain_flops)
+    q, k, v, _ = ba.make_inputs(cell, dtype)
+    f = ba.compile_fn(ba.fwd_chain(attn, n), (q, k, v))
+    wall = ba.time_compiled(f, (q, k, v), 5) / n
+    with tempfile.TemporaryDirectory() as d:
+        jax.profiler.start_trace(d)
+        for _ in range(chains):
+            jax.block_until_ready(f(q, k, v))
+        jax.profiler.stop_trace()
+        time.sleep(0.5)
+        events = gpu_kernel_events(d)
+    print(
+        f"\n== {impl}: hd{cell.head_dim} seq {cell.seq} causal {cell.causal} chain {n}: wall "
+        f"{wall * 1e3:.3f} ms per call = {flops / wall / 1e12:.1f} TFLOP/s"
+    )
+    if not events:
+        print("   no GPU events in the trace")
+        return
+    by_name: dict[str, list[int]] = defaultdict(list)
+    for name, _, dur in events:
+        by_name[name].append(dur)
+    for name, durs in sorted(by_name.items(), key=lambda x: -sum(x[1])):
+        mean = statistics.mean(durs)
+        print(f"   {len(durs):4d} x {mean / 1e3:9.1f} us  {name[:110]}")
+    gaps = [b[1] - (a[1] + a[2]) for a, b in zip(events, events[1:], strict=False)]
+    inside = [g for g in gaps if g < 1_000_000]  # gaps between chains (host sync) are ~ms
+    busy = sum(e[2] for e in events)
+    per_call_s = busy / chains / n / 1e9
+    print(
+        f"   {len(events)} GPU events over {chains} chains; busy {busy / 1e6:.3f} ms = "
+        f"{per_call_s * 1e6:.1f} us per call = {flops / per_call_s / 1e12:.1f} "
+        f"TFLOP/s kernel-only; gaps between kernels (< 1 ms): median "
+        f"{statistics.median(inside) / 1e3 if inside else 0:.1f} us, total "
+        f"{sum(inside) / chains / n / 1e3:.1f} us per call"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--impls", default="jax_fa4,cudnn")
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--chain-flops", type=float, default=2e12)
+    p.add_argument("--chains", type=int, default=3)
+    a = p.parse_args(argv)
+    cell = ba.Cell(a.head_dim, a.seq, a.causal, 16384 // a.seq, 2048 // a.head_dim)
+    for impl in a.impls.split(","):
+        try:
+            profile_impl(impl, cell, jax.numpy.bfloat16, a.chain_flops, a.chains)
+        except Exception as e:  # one implementation failing must not hide the others
+            print(f"\n== {impl}: failed: {ba.short_reason(e)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
