@@ -119,12 +119,15 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //          8 = 0 + CondRescale   9 = 0 + Exp2Emu 1/4   10 = 0 + both (1/4)   11 = 0 + both (1/8)
 //   hd128: fwd v5 on variant 0's tile: 9 = 0 + CondRescale   10 = 0 + Exp2Emu 1/4
 //          11 = 0 + both (1/4)   12 = 0 + both (1/8)
+//   fwd v6 (persistent under a causal mask too: Lpt order dealt boustrophedon, persistent_tile):
+//   hd64:  12 = 0 + Persist (both masks; = V6 without a mask)
+//   hd128: 13 = 0 + Persist (causal 128x128 with an O buffer; without a mask = V7, OInQ)
 //   hd256: 0 = 128x80 (v2)   1 = 0 + WgSkip + Lpt   2 = 128x64   3 = 0 + KWaitFirst
 //          4 = 0 + Persist + OInQ (non-causal; causal as 0)
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 constexpr int fwd_default_variant(int /*head_dim*/) { return 0; }
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 12 : head_dim == 128 ? 13 : 5; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 13 : head_dim == 128 ? 14 : 5; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -137,10 +140,11 @@ struct FwdConfig<64, Causal, V>
     : FwdTile</*HeadDim=*/64, /*ConsumerWarpgroups=*/V == 1 ? 2 : 3, /*BlockN=*/128, /*KvStages=*/2,
               /*QkStages=*/1, /*ProducerRegs=*/V == 1 ? 24 : 32, /*ConsumerRegs=*/V == 1 ? 240 : 160,
               /*WgSkip=*/V == 2 || V == 3 || V == 7, /*Lpt=*/V == 2 || V == 4 || V == 7,
-              /*KWaitFirst=*/V == 2 || V == 3 || V == 5 || V == 7, /*Persist=*/(V == 6 || V == 7) && !Causal,
+              /*KWaitFirst=*/V == 2 || V == 3 || V == 5 || V == 7,
+              /*Persist=*/((V == 6 || V == 7) && !Causal) || V == 12,
               /*OInQ=*/false, /*CondRescale=*/V == 8 || V == 10 || V == 11,
               /*Exp2EmuEighths=*/V == 9 || V == 10 ? 2 : V == 11 ? 1 : 0> {
-  static_assert(V >= 0 && V <= 11, "hd64 variants are 0..11");
+  static_assert(V >= 0 && V <= 12, "hd64 variants are 0..12");
 };
 
 // hd128: FA3's tiles, 128x128 causal and a longer 128x176 K tile without the mask.
@@ -149,10 +153,11 @@ struct FwdConfig<128, Causal, V>
     : FwdTile<128, V == 4 ? 3 : 2,
               V == 4 ? 80 : (Causal || V == 1 || V == 6) ? 128 : V == 2 ? 192 : V == 8 ? 160 : 176, 2,
               /*QkStages=*/2, 24, V == 4 ? 160 : 240, /*WgSkip=*/V == 4 && !Causal, /*Lpt=*/V == 3,
-              /*KWaitFirst=*/V == 4 || V == 5, /*Persist=*/(V == 6 || V == 7 || V == 8) && !Causal,
-              /*OInQ=*/V == 7 && !Causal, /*CondRescale=*/V == 9 || V == 11 || V == 12,
+              /*KWaitFirst=*/V == 4 || V == 5,
+              /*Persist=*/((V == 6 || V == 7 || V == 8) && !Causal) || V == 13,
+              /*OInQ=*/(V == 7 || V == 13) && !Causal, /*CondRescale=*/V == 9 || V == 11 || V == 12,
               /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0> {
-  static_assert(V >= 0 && V <= 12, "hd128 variants are 0..12");
+  static_assert(V >= 0 && V <= 13, "hd128 variants are 0..13");
 };
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).

@@ -370,7 +370,30 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   }
 }
 
-// Persist variants (no causal mask): one CTA per SM loops over tiles t = blockIdx.x + k * gridDim.x
+// Persist: the tile this CTA runs in its round r = 0, 1, ...; false once past the last tile (the
+// tile index grows with r, so the first miss ends the loop). Without a mask every tile is equally
+// long: t = blockIdx.x + r * gridDim.x, m block fastest. Under a causal mask the tiles go in the
+// Lpt order (longest first; one section of all (head, batch) pairs, see launch_fwd_kernel) dealt
+// boustrophedon, odd rounds backwards, so every CTA's sum of tile lengths stays within about one
+// tile of the others' (a plain stride would give CTA 0 the longest tile of every round).
+template <bool Causal>
+__device__ __forceinline__ bool persistent_tile(int r, int num_tiles, const FwdArgs& args, FwdTileCoord& tc) {
+  const int g = int(gridDim.x), b = int(blockIdx.x);
+  const int t = r * g + (Causal && (r & 1) ? g - 1 - b : b);
+  if (t >= num_tiles) return false;
+  if (Causal) {
+    tc = lpt_tile_coord(t, args.m_blocks, args.heads_q, args.batch, args.lpt_section);
+  } else {
+    const int pair = t / args.m_blocks;
+    tc = {t % args.m_blocks, pair % args.heads_q, pair / args.heads_q};
+  }
+  return true;
+}
+
+// Persist variants: one CTA per SM loops over its tiles (persistent_tile; a causal tile runs only
+// the key blocks its rows see, and a tile whose rows see none is skipped by producer and consumers
+// alike, so the Q barriers' phases stay in step).
+// Without a mask: tiles t = blockIdx.x + k * gridDim.x
 // (tile t: m block t % m_blocks of (head, batch) pair t / m_blocks; without a mask every tile
 // runs the same n_blocks, so the static stride is balanced). The K/V rings, the issue-token ring
 // and the Q barriers run on across tiles:
@@ -386,13 +409,12 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
 // OInQ: sO is the Q buffer (a warpgroup overwrites only its own 64 Q rows, after its last wgmma
 // retired); the q_empty arrival moves from the last S to after the warpgroup's O store has read
 // those rows, so only K/V (not Q) of the next tile load during the epilogue.
-template <class T, class Cfg>
+template <class T, class Cfg, bool Causal>
 __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint8_t* sO, uint64_t* q_full, uint64_t* q_empty,
                                                         uint8_t* sK, uint8_t* sV,
                                                         typename TmaConsumerPipeline<T, Cfg, true>::Staged::Barriers* k_bars,
                                                         typename TmaConsumerPipeline<T, Cfg, false>::Staged::Barriers* v_bars,
-                                                        const CUtensorMap* tm_o, const FwdArgs& args, int n_blocks,
-                                                        int num_tiles) {
+                                                        const CUtensorMap* tm_o, const FwdArgs& args, int num_tiles) {
   constexpr int N = Cfg::block_n();
   constexpr int D = Cfg::head_dim();
   constexpr int W = Cfg::consumer_warpgroups();
@@ -404,7 +426,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
   const uint32_t sched_mine = kBarSched + c;
   const uint32_t sched_next = kBarSched + (c + 1) % W;
   constexpr uint32_t kSchedThreads = 256;
-  const AttentionMask<false> mask{args.seq_q, args.seq_k};
+  const AttentionMask<Causal> mask{args.seq_q, args.seq_k};
   const uint8_t* q_tile = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk
 
   TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
@@ -413,12 +435,13 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
 
   if (c == W - 1) named_barrier_arrive(kBarSched, kSchedThreads);
 
-  for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-    const int m0 = (t % args.m_blocks) * Cfg::block_m();
-    const int pair = t / args.m_blocks;
-    const int head = pair % args.heads_q;
-    const int batch = pair / args.heads_q;
+  FwdTileCoord tc;
+  for (int r = 0; persistent_tile<Causal>(r, num_tiles, args, tc); ++r) {
+    const int m0 = tc.m_block * Cfg::block_m();
+    const int head = tc.head;
+    const int batch = tc.batch;
     const int row0 = m0 + c * 64 + row_in_wg;
+    const int n_blocks = mask.n_blocks(m0, Cfg::block_m(), Cfg::block_n());
 
     OnlineSoftmax<N / 2, Cfg::cond_rescale(), Cfg::exp2_emu_eighths()> softmax;
     float o[D / 2];
@@ -540,12 +563,15 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
   if (c == 0) named_barrier_sync(kBarSched, kSchedThreads);
 }
 
-template <class T, class Cfg>
+template <class T, class Cfg, bool Causal>
 __global__ void __launch_bounds__(Cfg::threads(), 1)
     fwd_kernel_persistent(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                           const FwdArgs args) {
   static_assert(Cfg::persist(), "persistent kernel needs the Persist layout (O buffer, Q-empty barrier)");
+  // A causal tile whose rows see no key skips the Q barriers and stages its zeros at once: with
+  // OInQ that would overwrite a next Q the producer may already be loading.
+  static_assert(!(Causal && Cfg::o_in_q()), "a causal persistent kernel needs its own O buffer (no OInQ)");
   using KCons = TmaConsumerPipeline<T, Cfg, true>;
   using VCons = TmaConsumerPipeline<T, Cfg, false>;
   extern __shared__ uint8_t smem_raw[];
@@ -558,8 +584,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   auto* k_bars = reinterpret_cast<typename KCons::Staged::Barriers*>(q_full + 1);
   auto* v_bars = reinterpret_cast<typename VCons::Staged::Barriers*>(k_bars + 1);
   uint64_t* q_empty = reinterpret_cast<uint64_t*>(v_bars + 1);
-  const AttentionMask<false> mask{args.seq_q, args.seq_k};
-  const int n_blocks = mask.n_blocks(0, Cfg::block_m(), Cfg::block_n());  // every tile's, no mask
+  const AttentionMask<Causal> mask{args.seq_q, args.seq_k};
   const int num_tiles = args.m_blocks * args.heads_q * args.batch;
   const int wg = threadIdx.x / 128;
 
@@ -578,17 +603,19 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
 
   if (wg == 0) {
     setmaxnreg_dec<Cfg::producer_regs()>();
-    if (threadIdx.x == 0 && n_blocks > 0) {
+    if (threadIdx.x == 0) {
       constexpr int N = Cfg::block_n();
       TmaProducerPipeline<T, Cfg, true> k(k_bars, sK);
       TmaProducerPipeline<T, Cfg, false> v(v_bars, sV);
       uint32_t q_phase = 0;
-      for (int t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-        const int m0 = (t % args.m_blocks) * Cfg::block_m();
-        const int pair = t / args.m_blocks;
-        const int head = pair % args.heads_q;
-        const int batch = pair / args.heads_q;
+      FwdTileCoord tc;
+      for (int r = 0; persistent_tile<Causal>(r, num_tiles, args, tc); ++r) {
+        const int m0 = tc.m_block * Cfg::block_m();
+        const int head = tc.head;
+        const int batch = tc.batch;
         const int kv_head = head / args.group;
+        const int n_blocks = mask.n_blocks(m0, Cfg::block_m(), Cfg::block_n());
+        if (n_blocks == 0) continue;  // the consumers skip its Q barriers too
         int n = n_blocks - 1;
         // The first K may land while the consumers still read the previous tile's Q ...
         k.load(&tm_k, n * N, kv_head, batch);
@@ -610,9 +637,17 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
-    fwd_consumer_persistent<T, Cfg>(wg - 1, sQ, sO, q_full, q_empty, sK, sV, k_bars, v_bars, &tm_o, args, n_blocks,
-                                    num_tiles);
+    fwd_consumer_persistent<T, Cfg, Causal>(wg - 1, sQ, sO, q_full, q_empty, sK, sV, k_bars, v_bars, &tm_o, args,
+                                            num_tiles);
   }
+}
+
+// Lpt sections: (head, batch) pairs whose K and V (of their kv heads) fill about 32 MB of the
+// 50 MB L2, at least one pair.
+inline int64_t fwd_lpt_section(const FwdProblem& p) {
+  const int64_t kv_bytes_per_pair = std::max<int64_t>(1, p.seq_k * p.head_dim * 2 * 2 / (p.heads_q / p.heads_kv));
+  const int64_t pairs = p.heads_q * p.batch;
+  return std::min<int64_t>(pairs, std::max<int64_t>(1, (int64_t(32) << 20) / kv_bytes_per_pair));
 }
 
 // Builds the tensor maps and launches one instantiation.
@@ -640,25 +675,26 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream) {
   args.batch = int(p.batch);
   args.lpt_section = 0;
   dim3 grid(unsigned(m_blocks), unsigned(p.heads_q), unsigned(p.batch));
-  if (Cfg::lpt() && Causal && m_blocks * p.heads_q * p.batch <= INT_MAX) {
-    // Sections of (head, batch) pairs whose K and V (of their kv heads) fill about 32 MB of the
-    // 50 MB L2, at least one pair.
-    const int64_t kv_bytes_per_pair = std::max<int64_t>(1, p.seq_k * p.head_dim * 2 * 2 / (p.heads_q / p.heads_kv));
-    const int64_t pairs = p.heads_q * p.batch;
-    args.lpt_section = int(std::min<int64_t>(pairs, std::max<int64_t>(1, (int64_t(32) << 20) / kv_bytes_per_pair)));
-    grid = dim3(unsigned(m_blocks * pairs), 1, 1);
+  if (Cfg::lpt() && !Cfg::persist() && Causal && m_blocks * p.heads_q * p.batch <= INT_MAX) {
+    args.lpt_section = int(fwd_lpt_section(p));
+    grid = dim3(unsigned(m_blocks * p.heads_q * p.batch), 1, 1);
   }
 
   auto kernel = [] {
-    if constexpr (Cfg::persist() && !Causal) {
-      return fwd_kernel_persistent<T, Cfg>;
+    if constexpr (Cfg::persist()) {
+      return fwd_kernel_persistent<T, Cfg, Causal>;
     } else {
       return fwd_kernel<T, Cfg, Causal>;
     }
   }();
-  if constexpr (Cfg::persist() && !Causal) {
+  if constexpr (Cfg::persist()) {
     const int64_t tiles = m_blocks * p.heads_q * p.batch;
     if (tiles > INT_MAX) return "too many query tiles (" + std::to_string(tiles) + ") for the persistent kernel";
+    // persistent_tile's order: one Lpt section over all pairs. With L2-sized sections the lengths
+    // jump back up at every section start, which the boustrophedon deal cannot balance (a host
+    // model of hd128 at 2k-16k: the busiest CTA 1.23-1.29x the mean, one section 1.00-1.03x).
+    // Tiles that start together read their pair's K/V top-down in step, so L2 still shares them.
+    if (Causal) args.lpt_section = int(p.heads_q * p.batch);
     int dev = 0, sms = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);

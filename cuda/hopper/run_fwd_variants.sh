@@ -21,13 +21,13 @@ T0=$SECONDS
 S="$OUT/summary.txt"
 : > "$S"
 stamp() { echo "[$((SECONDS - T0))s] $*" | tee -a "$S"; }
-variants_of() { case $1 in 64) echo "0 1 2 3 4 5 6 7 8 9 10 11";; 128) echo "0 1 2 3 4 5 6 7 8 9 10 11 12";; *) echo "0 1 2 3 4";; esac; }
+variants_of() { case $1 in 64) echo "0 1 2 3 4 5 6 7 8 9 10 11 12";; 128) echo "0 1 2 3 4 5 6 7 8 9 10 11 12 13";; *) echo "0 1 2 3 4";; esac; }
 # Timed by default: variant 0, the fwd v5 variants (FA4 softmax tricks), variant 0 again.
 bench_variants_of() {
   if [ -n "$FWD_BENCH_ALL" ]; then echo "$(variants_of $1) 0"; return; fi
   case $1 in 64) echo "0 8 9 10 11 0";; 128) echo "0 9 10 11 12 0";; *) echo "0";; esac
 }
-persist_variants_of() { case $1 in 64) echo 6,7;; 128) echo 6,7,8;; *) echo 4;; esac; }  # non-causal persistent kernels
+persist_variants_of() { case $1 in 64) echo 6,7,12;; 128) echo 6,7,8,13;; *) echo 4;; esac; }  # persistent kernels (12, 13: causal too)
 
 NVCC_FLAGS="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo -Icuda"
 SRCS="cuda/hopper/fwd_hd64.cu cuda/hopper/fwd_hd128.cu cuda/hopper/fwd_hd256.cu cuda/hopper/fwd_launch.cu
