@@ -127,6 +127,13 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 constexpr int fwd_default_variant(int /*head_dim*/) { return 0; }
+// fwd v6: the persistent kernel where overlapping one tile's epilogue with the next tile's loads
+// pays, i.e. on short tiles. Measured at hd64 (session 3, kernel-only, drift-cancelled): V12 +7-8%
+// at seq 2048 with and without the mask, +3-7% causal at 4096, but -1 to -7% at 8192 and above;
+// at hd128 (V13) no gain. The library runs fwd_short_seq_variant(head_dim) (< 0: none) when
+// seq_k <= kFwdShortSeqK, else fwd_default_variant(head_dim); both are built for bf16 and fp16.
+constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 12 : -1; }
+constexpr long long kFwdShortSeqK = 4096;
 constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 13 : head_dim == 128 ? 14 : 5; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>

@@ -719,14 +719,24 @@ std::string launch_fwd_head_dim_bf16(const FwdProblem& p, cudaStream_t stream) {
                   : launch_fwd_kernel<__nv_bfloat16, FwdConfig<HeadDim, false, Variant>, false>(p, stream);
 }
 
+template <int HeadDim, int Variant>
+std::string launch_fwd_head_dim_variant(const FwdProblem& p, cudaStream_t stream) {
+  if (p.dtype == FwdDtype::kBf16) {
+    return p.causal ? launch_fwd_kernel<__nv_bfloat16, FwdConfig<HeadDim, true, Variant>, true>(p, stream)
+                    : launch_fwd_kernel<__nv_bfloat16, FwdConfig<HeadDim, false, Variant>, false>(p, stream);
+  }
+  return p.causal ? launch_fwd_kernel<__half, FwdConfig<HeadDim, true, Variant>, true>(p, stream)
+                  : launch_fwd_kernel<__half, FwdConfig<HeadDim, false, Variant>, false>(p, stream);
+}
+
+// The library's forward for one head dim: the short-sequence variant where it has one and the
+// keys are few (fwd_config.cuh, fwd_short_seq_variant), else the default variant.
 template <int HeadDim>
 std::string launch_fwd_head_dim(const FwdProblem& p, cudaStream_t stream) {
-  if (p.dtype == FwdDtype::kBf16) {
-    return p.causal ? launch_fwd_kernel<__nv_bfloat16, FwdConfig<HeadDim, true>, true>(p, stream)
-                    : launch_fwd_kernel<__nv_bfloat16, FwdConfig<HeadDim, false>, false>(p, stream);
+  if constexpr (fwd_short_seq_variant(HeadDim) >= 0) {
+    if (p.seq_k <= kFwdShortSeqK) return launch_fwd_head_dim_variant<HeadDim, fwd_short_seq_variant(HeadDim)>(p, stream);
   }
-  return p.causal ? launch_fwd_kernel<__half, FwdConfig<HeadDim, true>, true>(p, stream)
-                  : launch_fwd_kernel<__half, FwdConfig<HeadDim, false>, false>(p, stream);
+  return launch_fwd_head_dim_variant<HeadDim, fwd_default_variant(HeadDim)>(p, stream);
 }
 
 }  // namespace fa4::hopper

@@ -40,6 +40,7 @@ SHAPES = [
     (5, 129, 129, 8, 4),
     (1, 1, 500, 2, 1),
     (1, 200, 333, 8, 8),
+    (1, 4200, 4200, 2, 1),  # seq_k > 4096: hd64's non-persistent kernel (fwd_short_seq_variant)
 ]
 
 

@@ -5,7 +5,10 @@
 
 namespace fa4::hopper {
 namespace {
-// The default variant is the library's instantiation (bf16 and fp16, fwd_hd64.cu); not built twice.
+// Variant 0 runs the library's entry point (bf16 and fp16, fwd_hd64.cu), which at hd64 takes the
+// persistent V12 when seq_k <= kFwdShortSeqK and V0 above (fwd_short_seq_variant): the checks of
+// "variant 0" cover that dispatch. V12 here is the persistent kernel at every length (so a
+// timing of "variant 0" below seq_k 4097 is V12's).
 template <int V>
 std::string run(const FwdProblem& p, cudaStream_t stream) {
   if constexpr (V == fwd_default_variant(64)) {
