@@ -19,7 +19,9 @@ every call's output is the next call's query (``q = attention(q, k, v)``), so th
 serialised by a true data dependency and the host's launch overhead is paid once per chain, not
 per call. N is chosen per cell so that a chain holds about ``--chain-flops`` forward FLOPs
 (at least 2 calls, at most 32). The chain is run once to warm up, then ``--repeats`` times with
-``block_until_ready``; the median is taken. The backward chain is the same chain where each step
+``block_until_ready``; the median is taken. With ``--rounds R`` each cell's fast implementations
+are measured R times in a row, the order reversed every other round, and the record holds the
+median of the rounds (and each round's figure). The backward chain is the same chain where each step
 is ``jax.vjp`` of the call plus the pullback of a fixed random cotangent (every step's dq, dk and
 dv are outputs of the jit, so no part of the backward can be dropped as dead code); backward time
 per call = (fwd+bwd chain - forward chain) / N.
@@ -384,6 +386,12 @@ def grid(
 # ----------------------------------------------------------------------------------------------
 
 
+def _median(xs: Sequence[float | None]) -> float | None:
+    """Median of the measured values (None where none was measured)."""
+    vals = [x for x in xs if x is not None]
+    return statistics.median(vals) if vals else None
+
+
 def _round(x: float | None) -> float | None:
     """Four significant digits (enough for TFLOP/s, and tiny CPU smoke figures stay non-zero)."""
     return None if x is None else float(f"{x:.4g}")
@@ -471,6 +479,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per chain (default 5)")
     p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure each cell's fast implementations this many times in a row, the order "
+        "reversed every other round; a record holds the median (and every round's figure)",
+    )
+    p.add_argument(
         "--chain-flops",
         type=float,
         default=None,
@@ -505,6 +520,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bad --impls {args.impls!r}; known: {', '.join(ALL_IMPLS)}", file=sys.stderr)
         return 2
     impls = [i for i in ALL_IMPLS if i in asked]  # canonical order: columns and records
+    if args.rounds < 1:
+        print(f"bad --rounds {args.rounds}: must be at least 1", file=sys.stderr)
+        return 2
 
     if args.smoke:
         head_dims, seqs, tokens, hidden = [64], [128, 256], 512, 128
@@ -541,6 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"# impls {impls}; head dims {head_dims}; seqs {seqs}; causal {causals}; "
         f"tokens {tokens}; hidden {hidden}; dtype {args.dtype}; repeats {repeats}; "
+        f"rounds {args.rounds}; "
         f"chain {chain_flops:.3g} FLOPs; bwd {st.do_bwd}; max {args.max_seconds:.0f} s",
         flush=True,
     )
@@ -554,9 +573,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     cells = grid(head_dims, seqs, causals, tokens, hidden)
     fast = [i for i in impls if i not in SLOW_IMPLS]
     slow = [i for i in impls if i in SLOW_IMPLS]
-    # Pass 1: every cell with the fast implementations side by side; pass 2: the slow reference.
-    order = [(c, i) for c in cells for i in fast] + [(c, i) for c in cells for i in slow]
+    # Pass 1: every cell with the fast implementations side by side, --rounds times in a row with
+    # the order reversed every other round (A B C, C B A, ...), so that a drift of the GPU's clocks
+    # over a cell favours no implementation; pass 2: the slow reference, once.
+    order = [
+        (c, i, r)
+        for c in cells
+        for r in range(args.rounds)
+        for i in (fast if r % 2 == 0 else fast[::-1])
+    ] + [(c, i, 0) for c in cells for i in slow]
     results: dict[tuple[Cell, str], dict[str, Any]] = {}
+    rounds: dict[tuple[Cell, str], list[tuple[float | None, float | None]]] = {}
 
     def records() -> list[dict[str, Any]]:
         """Records in grid order (cell, then impl in canonical order)."""
@@ -592,7 +619,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(3)
 
-    for cell, impl in order:
+    for cell, impl, rnd in order:
         what = f"{impl} d={cell.head_dim} s={cell.seq} causal={cell.causal}"
         watchdog = None
         if args.cell_timeout > 0:
@@ -602,6 +629,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fwd_tf, bwd_tf, note = measure(impl, cell, st)
         if watchdog is not None:
             watchdog.cancel()
+        got = rounds.setdefault((cell, impl), [])
+        got.append((fwd_tf, bwd_tf))
         results[(cell, impl)] = {
             "impl": impl,
             "head_dim": cell.head_dim,
@@ -609,12 +638,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "batch": cell.batch,
             "heads": cell.heads,
             "causal": cell.causal,
-            "fwd_tflops": _round(fwd_tf),
-            "bwd_tflops": _round(bwd_tf),
+            "fwd_tflops": _round(_median([f for f, _ in got])),
+            "bwd_tflops": _round(_median([b for _, b in got])),
         }
+        if args.rounds > 1:
+            results[(cell, impl)]["fwd_tflops_rounds"] = [_round(f) for f, _ in got]
+            results[(cell, impl)]["bwd_tflops_rounds"] = [_round(b) for _, b in got]
         elapsed = time.perf_counter() - t_start
         print(
-            f"[{elapsed:6.1f} s] {impl:8s} d={cell.head_dim:<3d} s={cell.seq:<5d} "
+            f"[{elapsed:6.1f} s] {impl:8s} r{rnd} d={cell.head_dim:<3d} s={cell.seq:<5d} "
             f"b={cell.batch:<3d} h={cell.heads:<3d} causal={'yes' if cell.causal else 'no ':3s} "
             f"fwd {_fmt_tf(fwd_tf):>6s} bwd {_fmt_tf(bwd_tf):>6s} TFLOP/s | {note}",
             flush=True,
