@@ -13,9 +13,10 @@ namespace fa4::hopper {
 // batch) pairs sized so a section's K/V fits in L2 (FwdArgs::lpt_section), instead of
 // (m block, head, batch) with only the m blocks of one pair reversed. KWaitFirst: S = Q K^T
 // waits for all K sub-stages before its first wgmma (required by WgSkip, see issue_qk).
-// Persist (without a causal mask only; the causal instantiation is the ordinary kernel): one CTA
-// per SM looping over the tiles (static stride: every tile has the same length without a mask),
-// O staged in its own shared buffer so the next tile's Q load (behind a Q-empty barrier) and K/V
+// Persist: one CTA per SM looping over the tiles (persistent_tile: a static stride without a mask,
+// where every tile has the same length; under a causal mask the Lpt order dealt boustrophedon --
+// a variant's config turns Persist on for its causal instantiation only where it says so, V12 and
+// V13; the older ones run the ordinary kernel there), O staged in its own shared buffer so the next tile's Q load (behind a Q-empty barrier) and K/V
 // loads overlap this tile's last PV and epilogue (fwd_kernel_persistent). OInQ (with Persist, for
 // tiles that leave no room for an O buffer): O staged in the Q buffer as in v2, so only the K/V
 // loads overlap the epilogue; the next Q waits for every warpgroup's O store to have read it.
