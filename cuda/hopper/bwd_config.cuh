@@ -200,8 +200,13 @@ constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 20 : 
 // order their adds with the per-tile semaphore), so one instantiation serves both modes.
 constexpr int bwd_deterministic_variant(int head_dim) { return bwd_default_variant(head_dim); }
 // Whether the library launches causal backwards in LPT sections (BwdLaunchOptions::lpt = -1):
-// measured +3% at hd256 (V20, seq 2048 and 16384); at hd64/hd128 (V3) mixed, so off.
-constexpr bool bwd_lpt_default(int head_dim) { return head_dim == 256; }
+// measured +3% at hd256 (V20, seq 2048 and 16384); at hd128 (V3) +3% at seq_k 2048 and about
+// +3-6% at 4096 but -2.5% at 16384 (session 4, palindromic), so up to kBwdLptMaxSeqK there; at
+// hd64 within +-1% up to 8192 and -3.5% at 16384, so off.
+constexpr int64_t kBwdLptMaxSeqK = 4096;
+constexpr bool bwd_lpt_default(int head_dim, int64_t seq_k) {
+  return head_dim == 256 || (head_dim == 128 && seq_k <= kBwdLptMaxSeqK);
+}
 
 template <int HeadDim, int Variant = bwd_default_variant(HeadDim)>
 struct BwdConfig;

@@ -1800,7 +1800,7 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
     args.n_blocks = int(n_blocks);
     args.batch = int(p.batch);
     const int64_t pairs = p.heads_kv * p.batch;
-    const bool lpt = opt.lpt < 0 ? bwd_lpt_default(D) : opt.lpt != 0;
+    const bool lpt = opt.lpt < 0 ? bwd_lpt_default(D, p.seq_k) : opt.lpt != 0;
     if (lpt && Causal && !p.deterministic && n_blocks * pairs <= INT32_MAX) {
       // Section = the (batch, kv head) pairs whose Q, dO (2 x 2 bytes) and dq_accum (4 bytes) rows
       // fit lpt_section_bytes, rounded down to a power of two, at least 1.

@@ -59,7 +59,7 @@ std::string launch_bwd_checked(const BwdProblem& p, const BwdWorkspace& ws, cuda
                                BwdDispatch dispatch);
 
 // Launch options (bwd v3, NOTES.md), process-wide. The library runs with the defaults below: bit 0
-// on (measured on the H200: +3-7% at seq 2048, no loss at 16k), bit 1 off (mixed results), bit 2 per head dim (bwd_lpt_default).
+// on (measured on the H200: +3-7% at seq 2048, no loss at 16k), bit 1 off (mixed results), bit 2 per head dim and seq_k (bwd_lpt_default).
 // The standalone harness sets them (bwd_kernel_check --opts, a bit mask) to time them.
 struct BwdLaunchOptions {
   // bit 0: dq_accum zeroed inside the preprocess (no cudaMemsetAsync), the preprocess with several
@@ -70,7 +70,7 @@ struct BwdLaunchOptions {
   bool pdl = false;
   // bit 2: causal only: a 1-D grid of (key block, kv head, batch) in sections of lpt_section_bytes
   // of Q/dO/dq_accum (L2), each section longest key block first (FA3's LPT idea). -1 = the
-  // library's choice per head dim (bwd_lpt_default), 0 = off, 1 = on (the harness sets 0 or 1).
+  // library's choice per head dim and seq_k (bwd_lpt_default), 0 = off, 1 = on (the harness sets 0 or 1).
   int lpt = -1;
   int64_t lpt_section_bytes = 16 << 20;
 };

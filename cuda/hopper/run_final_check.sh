@@ -1,31 +1,46 @@
 #!/bin/bash
-# One device call (repo root, H200; carry .whl for FA3): what session 3 ran before recording results --
-# pip install of the library, the standalone harness checks of the library kernels (forward per head dim
-# + V12 with 3 CTAs, backward), the side-by-side benchmark, the hd256 deterministic-mode cost, and
-# pytest tests/gpu with autotuning off. ~5.5 minutes. Output: $OUT/summary.txt, bench*.json, pytest.txt.
+# The validate-and-record device calls (repo root, H200; carry .whl for FA3), one part per call so each
+# fits the 10-minute limit:
+#   bash cuda/hopper/run_final_check.sh check   # pip install, the standalone harness checks of the
+#       library kernels (forward per head dim + V12 with 3 CTAs; backward with the causal LPT grid off
+#       and on), pytest tests/gpu with autotuning off, and EXTRA_HARNESS (a harness command line,
+#       optional) at the end. ~4 minutes.
+#   bash cuda/hopper/run_final_check.sh bench   # pip install, the side-by-side benchmark with
+#       ROUNDS rounds (default 3; alternating order, median), and with DET=1 the hd256
+#       deterministic-mode cost. ~6 minutes with 3 rounds.
+# Output: $OUT/summary.txt, harness.txt, pytest.txt, bench*.json, bench_tables.md.
+PART=${1:-check}
 T0=$SECONDS; el() { echo $((SECONDS-T0)); }
 export JAX_FA4_ENABLE_CUDA=ON XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=16
 OUT=${OUT:-/tmp/final_out}; mkdir -p "$OUT"
 S=$OUT/summary.txt
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 (python3 -m pip install --no-build-isolation -q . > /tmp/install.txt 2>&1; echo $? > /tmp/install.rc) &
-F="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda -Xcompiler -fopenmp"; mkdir -p /tmp/f /tmp/m
-for f in cuda/hopper/fwd_hd64.cu cuda/hopper/fwd_hd128.cu cuda/hopper/fwd_hd256.cu cuda/hopper/fwd_launch.cu cuda/hopper/tensor_map.cu tests/gpu/cuda/fwd_variants_hd64.cu tests/gpu/cuda/fwd_variants_hd128.cu tests/gpu/cuda/fwd_variants_hd256.cu tests/gpu/cuda/fwd_kernel_check.cu; do nvcc $F -c $f -o /tmp/f/$(basename $f .cu).o & done
-for f in cuda/hopper/bwd_hd64.cu cuda/hopper/bwd_hd128.cu cuda/hopper/bwd_hd256.cu cuda/hopper/bwd_launch.cu tests/gpu/cuda/bwd_variants_hd64.cu tests/gpu/cuda/bwd_variants_hd128.cu tests/gpu/cuda/bwd_variants_hd256.cu tests/gpu/cuda/bwd_kernel_check.cu; do nvcc $F -c $f -o /tmp/m/$(basename $f .cu).o & done
-for j in $(jobs -p); do wait $j 2>/dev/null; done
-cp /tmp/f/tensor_map.o /tmp/m/
-nvcc $F /tmp/f/*.o -o /tmp/f/chk && nvcc $F /tmp/m/*.o -o /tmp/m/chk
-echo "[$(el)s] built rc=$?; install rc=$(cat /tmp/install.rc)" >> $S; tail -3 /tmp/install.txt >> $S
 export OMP_NUM_THREADS=16
-H=$OUT/harness.txt
-for d in 64 128 256; do timeout 60 /tmp/f/chk --hd $d --variants 0 >> $H 2>&1; echo "[$(el)s] fwd harness hd$d library rc=$? $(grep 'cases passed' $H | tail -1)" >> $S; done
-timeout 40 /tmp/f/chk --hd 64 --variants 12 --max-ctas 3 >> $H 2>&1; echo "[$(el)s] fwd harness hd64 V12 max-ctas 3 rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
-timeout 90 /tmp/m/chk --variants 3,20 >> $H 2>&1; echo "[$(el)s] bwd harness library rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
-grep -E "^FAIL|DIFFERS" $H | head -8 >> $S
-timeout 240 python3 benchmarks/bench_attention.py --impls jax_fa4,cudnn,fa3 --seqs 2k,4k,8k,16k --no-matmul --max-seconds 200 --cell-timeout 60 --out $OUT/bench.json > /tmp/bench.txt 2>&1; echo "[$(el)s] bench rc=$?" >> $S
-grep -E "^\|" /tmp/bench.txt > $OUT/bench_tables.md; tail -2 /tmp/bench.txt >> $S
-timeout 60 python3 benchmarks/bench_attention.py --impls jax_fa4,jax_fa4_det --head-dims 256 --seqs 2k,16k --no-matmul --cell-timeout 40 --out $OUT/bench_det256.json > /tmp/bdet.txt 2>&1; echo "[$(el)s] det bench rc=$?" >> $S
-grep -E "^\|" /tmp/bdet.txt >> $OUT/bench_tables.md
-XLA_FLAGS=--xla_gpu_autotune_level=0 FA4_WORST_RATIO_FILE=/tmp/worst.txt timeout $((575 - $(el))) pytest -v -n 8 -p no:cacheprovider --tb=short -W ignore tests/gpu/test_bwd_cuda.py tests/gpu/test_training_cuda.py tests/gpu/test_fwd_cuda.py 2>&1 | grep -vE "PytestBenchmarkWarning|warner\(|bringing up" > $OUT/pytest.txt; echo "[$(el)s] pytest done" >> $S
-grep -cE "PASSED" $OUT/pytest.txt >> $S; grep -E "^FAILED|^ERROR|^E  |passed|failed" $OUT/pytest.txt | tail -15 >> $S; cat /tmp/worst.txt >> $S 2>/dev/null
+if [ "$PART" = check ]; then
+  F="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda -Xcompiler -fopenmp"; mkdir -p /tmp/f /tmp/m
+  for f in cuda/hopper/fwd_hd64.cu cuda/hopper/fwd_hd128.cu cuda/hopper/fwd_hd256.cu cuda/hopper/fwd_launch.cu cuda/hopper/tensor_map.cu tests/gpu/cuda/fwd_variants_hd64.cu tests/gpu/cuda/fwd_variants_hd128.cu tests/gpu/cuda/fwd_variants_hd256.cu tests/gpu/cuda/fwd_kernel_check.cu; do nvcc $F -c $f -o /tmp/f/$(basename $f .cu).o & done
+  for f in cuda/hopper/bwd_hd64.cu cuda/hopper/bwd_hd128.cu cuda/hopper/bwd_hd256.cu cuda/hopper/bwd_launch.cu tests/gpu/cuda/bwd_variants_hd64.cu tests/gpu/cuda/bwd_variants_hd128.cu tests/gpu/cuda/bwd_variants_hd256.cu tests/gpu/cuda/bwd_kernel_check.cu; do nvcc $F -c $f -o /tmp/m/$(basename $f .cu).o & done
+  for j in $(jobs -p); do wait $j 2>/dev/null; done
+  cp /tmp/f/tensor_map.o /tmp/m/
+  nvcc $F /tmp/f/*.o -o /tmp/f/chk && nvcc $F /tmp/m/*.o -o /tmp/m/chk
+  echo "[$(el)s] built rc=$?; install rc=$(cat /tmp/install.rc)" >> $S; tail -3 /tmp/install.txt >> $S
+  H=$OUT/harness.txt
+  for d in 64 128 256; do timeout 60 /tmp/f/chk --hd $d --variants 0 >> $H 2>&1; echo "[$(el)s] fwd harness hd$d library rc=$? $(grep 'cases passed' $H | tail -1)" >> $S; done
+  timeout 40 /tmp/f/chk --hd 64 --variants 12 --max-ctas 3 >> $H 2>&1; echo "[$(el)s] fwd harness hd64 V12 max-ctas 3 rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
+  timeout 150 /tmp/m/chk --variants 3,20 --opts 1,5 >> $H 2>&1; echo "[$(el)s] bwd harness library, LPT off and on, rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
+  grep -E "^FAIL|DIFFERS" $H | head -8 >> $S
+  XLA_FLAGS=--xla_gpu_autotune_level=0 FA4_WORST_RATIO_FILE=/tmp/worst.txt timeout $((500 - $(el))) pytest -v -n 8 -p no:cacheprovider --tb=short -W ignore tests/gpu/test_bwd_cuda.py tests/gpu/test_training_cuda.py tests/gpu/test_fwd_cuda.py 2>&1 | grep -vE "PytestBenchmarkWarning|warner\(|bringing up" > $OUT/pytest.txt; echo "[$(el)s] pytest done" >> $S
+  grep -cE "PASSED" $OUT/pytest.txt >> $S; grep -E "^FAILED|^ERROR|^E  |passed|failed" $OUT/pytest.txt | tail -15 >> $S; cat /tmp/worst.txt >> $S 2>/dev/null
+  if [ -n "$EXTRA_HARNESS" ]; then timeout $((570 - $(el))) /tmp/m/chk $EXTRA_HARNESS > $OUT/extra.txt 2>&1; echo "[$(el)s] extra rc=$?" >> $S; fi
+else
+  wait
+  echo "[$(el)s] install rc=$(cat /tmp/install.rc)" >> $S; tail -3 /tmp/install.txt >> $S
+  timeout $((585 - $(el))) python3 benchmarks/bench_attention.py --impls jax_fa4,cudnn,fa3 --seqs 2k,4k,8k,16k --no-matmul --rounds ${ROUNDS:-3} --max-seconds $((470 - $(el))) --cell-timeout 60 --out $OUT/bench.json > /tmp/bench.txt 2>&1; echo "[$(el)s] bench rc=$?" >> $S
+  grep -E "^\|" /tmp/bench.txt > $OUT/bench_tables.md; tail -2 /tmp/bench.txt >> $S
+  if [ "${DET:-0}" = 1 ]; then
+    timeout 60 python3 benchmarks/bench_attention.py --impls jax_fa4,jax_fa4_det --head-dims 256 --seqs 2k,16k --no-matmul --cell-timeout 40 --out $OUT/bench_det256.json > /tmp/bdet.txt 2>&1; echo "[$(el)s] det bench rc=$?" >> $S
+    grep -E "^\|" /tmp/bdet.txt >> $OUT/bench_tables.md
+  fi
+fi
 cat $S
