@@ -37,8 +37,18 @@ namespace fa4::hopper {
 
 template <int HeadDim, int BlockM, int BlockN, int ProducerRegs, int ConsumerRegs, int DqPieces = 1,
           bool PipelineScores = false, bool DqViaTma = false, bool DqInRing = false, bool Persistent = false,
-          bool SplitSdP = false, bool ScoresAhead = false, bool WriterTiming = false, bool DetRingWriter = false>
+          bool SplitSdP = false, bool ScoresAhead = false, bool WriterTiming = false, bool DetRingWriter = false,
+          bool StsmPds = false, bool UniformWarpgroup = false>
 struct BwdTile {
+  // UniformWarpgroup (harness-only until measured: hd64 / hd128 variant 35 = V3 + 32, 51 = V19 +
+  // 32): the kernel's warpgroup index comes through __shfl_sync from lane 0, which the compiler
+  // knows is warp-uniform, so the wgmma descriptors and shared-memory bases derived from it can
+  // live in uniform registers (V3's consumer loop converts 48 of them with R2UR per step).
+  static constexpr bool uniform_warpgroup() { return UniformWarpgroup; }
+  // StsmPds (harness-only until measured: hd64 / hd128 variant 19 = V3 + 16): store_pds writes the
+  // P^T / dS^T fragments with stmatrix (4 x 8 x 8 b16 per instruction: a quarter of the shared
+  // stores and their address arithmetic); the bytes in shared memory are the same.
+  static constexpr bool stsm_pds() { return StsmPds; }
   // DetRingWriter (harness-only until measured: variant 132 = V4 + 128; SplitSdP variants always):
   // the DqInRing writer warp is also built in its deterministic form (semaphore handshake) and
   // args.deterministic picks it at run time. Off in the library's V4, whose deterministic mode runs
@@ -194,8 +204,10 @@ struct BwdTile {
 // The variant the library (bwd_hd*.cu) builds for each head dim; the standalone harness builds the
 // others too. Measured on the H200 (NOTES.md, "bwd v2/v3/v4 on the H200"): V3 (PipelineScores +
 // DqViaTma) at hd64/hd128, +17-28% over V0; V20 (DqInRing + SplitSdP) at hd256, +3-4% over V4
-// (+20-24% over V0).
-constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 20 : 3; }
+// (+20-24% over V0). Session 4: V51 = V3 + StsmPds + UniformWarpgroup at hd64/hd128 (the same
+// schedule with 12-17% fewer instructions per consumer step: stmatrix for dS^T, wgmma descriptors
+// in uniform registers).
+constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 20 : 51; }
 // The variant deterministic mode runs: the default everywhere (V3's dQ writer and V20's ring writer
 // order their adds with the per-tile semaphore), so one instantiation serves both modes.
 constexpr int bwd_deterministic_variant(int head_dim) { return bwd_default_variant(head_dim); }
@@ -216,14 +228,17 @@ struct BwdConfig;
 template <int V>
 struct BwdConfig<64, V> : BwdTile</*HeadDim=*/64, /*BlockM=*/128, /*BlockN=*/128, /*ProducerRegs=*/24,
                                    /*ConsumerRegs=*/240, /*DqPieces=*/1, (V & 1) != 0, (V & 2) != 0, false,
-                                   (V & 8) != 0> {
+                                   (V & 8) != 0, false, false, false, false, /*StsmPds=*/(V & 16) != 0,
+                                   /*UniformWarpgroup=*/(V & 32) != 0> {
   static_assert((V & 4) == 0, "DqInRing is hd256 only");
 };
 
 // hd128 (FA3's causal 64 x 128): dK and dV 64 x 128 per warpgroup (64 + 64 registers), S and dP
 // 64 x 64 (32 + 32), dQ split by head-dim columns.
 template <int V>
-struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 2) != 0, false, (V & 8) != 0> {
+struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 2) != 0, false, (V & 8) != 0,
+                                   false, false, false, false, /*StsmPds=*/(V & 16) != 0,
+                                   /*UniformWarpgroup=*/(V & 32) != 0> {
   static_assert((V & 4) == 0, "DqInRing is hd256 only");
 };
 

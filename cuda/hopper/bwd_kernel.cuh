@@ -61,6 +61,7 @@
 #include "hopper/mbarrier.cuh"
 #include "hopper/pipeline.cuh"
 #include "hopper/release_acquire.cuh"
+#include "hopper/stmatrix.cuh"
 #include "hopper/sync.cuh"
 #include "hopper/tensor_map.h"
 #include "hopper/tma.cuh"
@@ -312,13 +313,26 @@ __device__ __forceinline__ void issue_dq(float (&acc)[N / 2], const uint8_t* ds_
 template <class Cfg, int N>
 __device__ __forceinline__ void store_pds(uint8_t* tile, const uint32_t (&v)[N / 4], int r, int col0, int warp,
                                           int lane) {
+  if constexpr (Cfg::stsm_pds()) {
+    // Matrix m of the x4 = fragment (i = m % 2, j + m / 2): lane l addresses row l % 8 of matrix l / 8.
+    const int m = lane / 8;
+    const int row = 64 * r + 16 * warp + lane % 8 + 8 * (m % 2);
+    const uint32_t base = smem_addr(tile);
 #pragma unroll
-  for (int j = 0; j < N / 8; ++j) {
+    for (int j = 0; j < N / 8; j += 2) {
+      const int col = col0 + 8 * (j + m / 2);
+      stmatrix_x4(base + sw128_offset(row, col, Cfg::chunk_bytes_kv()), v[2 * j], v[2 * j + 1], v[2 * j + 2],
+                  v[2 * j + 3]);
+    }
+  } else {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = 64 * r + 16 * warp + lane / 4 + 8 * i;
-      const int col = col0 + 8 * j + 2 * (lane % 4);
-      *reinterpret_cast<uint32_t*>(tile + sw128_offset(row, col, Cfg::chunk_bytes_kv())) = v[2 * j + i];
+    for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int row = 64 * r + 16 * warp + lane / 4 + 8 * i;
+        const int col = col0 + 8 * j + 2 * (lane % 4);
+        *reinterpret_cast<uint32_t*>(tile + sw128_offset(row, col, Cfg::chunk_bytes_kv())) = v[2 * j + i];
+      }
     }
   }
 }
@@ -1190,7 +1204,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   // Deterministic causal: key blocks last-first (bwd_key_block; the launch keeps grid x = key block).
   if (Causal && args.deterministic) n_block = bwd_key_block<Causal>(args);
   const int n0 = n_block * Cfg::block_n();
-  const int wg = threadIdx.x / 128;
+  // (UniformWarpgroup: from lane 0 through a shuffle, so the compiler knows it is warp-uniform.)
+  const int wg = Cfg::uniform_warpgroup() ? __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) : int(threadIdx.x / 128);
 
   if (threadIdx.x == 0) {
     tma_prefetch_map(&tm_q);

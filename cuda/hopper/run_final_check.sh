@@ -3,11 +3,12 @@
 # fits the 10-minute limit:
 #   bash cuda/hopper/run_final_check.sh check   # pip install, the standalone harness checks of the
 #       library kernels (forward per head dim + V12 with 3 CTAs; backward with the causal LPT grid off
-#       and on), pytest tests/gpu with autotuning off, and EXTRA_HARNESS (a harness command line,
-#       optional) at the end. ~4 minutes.
+#       and on; BWD_CHECK_VARIANTS, default the library's 51,20), EXTRA_HARNESS (a backward
+#       harness command line, optional, e.g. a timing), then pytest tests/gpu with autotuning off.
+#       ~4.5 minutes.
 #   bash cuda/hopper/run_final_check.sh bench   # pip install, the side-by-side benchmark with
-#       ROUNDS rounds (default 3; alternating order, median), and with DET=1 the hd256
-#       deterministic-mode cost. ~6 minutes with 3 rounds.
+#       ROUNDS rounds (default 3; alternating order, median) over HEAD_DIMS (default 64,128,256),
+#       and with DET=1 the hd256 deterministic-mode cost. ~3 minutes with 2 rounds.
 # Output: $OUT/summary.txt, harness.txt, pytest.txt, bench*.json, bench_tables.md.
 PART=${1:-check}
 T0=$SECONDS; el() { echo $((SECONDS-T0)); }
@@ -28,15 +29,15 @@ if [ "$PART" = check ]; then
   H=$OUT/harness.txt
   for d in 64 128 256; do timeout 60 /tmp/f/chk --hd $d --variants 0 >> $H 2>&1; echo "[$(el)s] fwd harness hd$d library rc=$? $(grep 'cases passed' $H | tail -1)" >> $S; done
   timeout 40 /tmp/f/chk --hd 64 --variants 12 --max-ctas 3 >> $H 2>&1; echo "[$(el)s] fwd harness hd64 V12 max-ctas 3 rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
-  timeout 150 /tmp/m/chk --variants 3,20 --opts 1,5 >> $H 2>&1; echo "[$(el)s] bwd harness library, LPT off and on, rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
+  timeout 150 /tmp/m/chk --variants ${BWD_CHECK_VARIANTS:-51,20} --opts 1,5 >> $H 2>&1; echo "[$(el)s] bwd harness library, LPT off and on, rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
   grep -E "^FAIL|DIFFERS" $H | head -8 >> $S
+  if [ -n "$EXTRA_HARNESS" ]; then timeout 120 /tmp/m/chk $EXTRA_HARNESS > $OUT/extra.txt 2>&1; echo "[$(el)s] extra rc=$?" >> $S; grep -E "^ +[0-9]+ +(yes|no) " $OUT/extra.txt >> $S; fi
   XLA_FLAGS=--xla_gpu_autotune_level=0 FA4_WORST_RATIO_FILE=/tmp/worst.txt timeout $((500 - $(el))) pytest -v -n 8 -p no:cacheprovider --tb=short -W ignore tests/gpu/test_bwd_cuda.py tests/gpu/test_training_cuda.py tests/gpu/test_fwd_cuda.py 2>&1 | grep -vE "PytestBenchmarkWarning|warner\(|bringing up" > $OUT/pytest.txt; echo "[$(el)s] pytest done" >> $S
   grep -cE "PASSED" $OUT/pytest.txt >> $S; grep -E "^FAILED|^ERROR|^E  |passed|failed" $OUT/pytest.txt | tail -15 >> $S; cat /tmp/worst.txt >> $S 2>/dev/null
-  if [ -n "$EXTRA_HARNESS" ]; then timeout $((570 - $(el))) /tmp/m/chk $EXTRA_HARNESS > $OUT/extra.txt 2>&1; echo "[$(el)s] extra rc=$?" >> $S; fi
 else
   wait
   echo "[$(el)s] install rc=$(cat /tmp/install.rc)" >> $S; tail -3 /tmp/install.txt >> $S
-  timeout $((585 - $(el))) python3 benchmarks/bench_attention.py --impls jax_fa4,cudnn,fa3 --seqs 2k,4k,8k,16k --no-matmul --rounds ${ROUNDS:-3} --max-seconds $((470 - $(el))) --cell-timeout 60 --out $OUT/bench.json > /tmp/bench.txt 2>&1; echo "[$(el)s] bench rc=$?" >> $S
+  timeout $((585 - $(el))) python3 benchmarks/bench_attention.py --impls jax_fa4,cudnn,fa3 --head-dims ${HEAD_DIMS:-64,128,256} --seqs 2k,4k,8k,16k --no-matmul --rounds ${ROUNDS:-3} --max-seconds $((470 - $(el))) --cell-timeout 60 --out $OUT/bench.json > /tmp/bench.txt 2>&1; echo "[$(el)s] bench rc=$?" >> $S
   grep -E "^\|" /tmp/bench.txt > $OUT/bench_tables.md; tail -2 /tmp/bench.txt >> $S
   if [ "${DET:-0}" = 1 ]; then
     timeout 60 python3 benchmarks/bench_attention.py --impls jax_fa4,jax_fa4_det --head-dims 256 --seqs 2k,16k --no-matmul --cell-timeout 40 --out $OUT/bench_det256.json > /tmp/bdet.txt 2>&1; echo "[$(el)s] det bench rc=$?" >> $S

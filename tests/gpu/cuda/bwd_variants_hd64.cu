@@ -23,6 +23,9 @@ std::string launch_bwd_hd64_variant(const BwdProblem& p, const BwdWorkspace& ws,
     case 2: return run<2>(p, ws, stream);
     case 3: return run<3>(p, ws, stream);
     case 11: return run<11>(p, ws, stream);  // 3 + Persistent (bwd v3)
+    case 19: return run<19>(p, ws, stream);  // 3 + StsmPds: P^T / dS^T stored by stmatrix
+    case 35: return run<35>(p, ws, stream);  // 3 + UniformWarpgroup: warpgroup index via __shfl_sync
+    case 51: return run<51>(p, ws, stream);  // 19 + UniformWarpgroup
     default: return "hd64 has no variant " + std::to_string(variant);
   }
 }
