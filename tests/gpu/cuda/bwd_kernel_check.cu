@@ -426,6 +426,7 @@ int main(int argc, char** argv) {
   std::vector<int> only_d;
   std::vector<int> variants = {0, 1, 2, 3, 4, 11, 12};
   std::vector<int> opt_list = {1};  // the library's launch options (bwd_launch.h)
+  bool variants_named = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--bench")) do_bench = true;
     if (!std::strcmp(argv[i], "--deterministic-bench")) do_bench = det_bench = true;
@@ -449,8 +450,21 @@ int main(int argc, char** argv) {
     }
     if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) {  // e.g. --variants 0,2
       variants.clear();
+      variants_named = true;
       for (const char* t = argv[++i]; *t; t = std::strchr(t, ',') ? std::strchr(t, ',') + 1 : t + std::strlen(t))
         variants.push_back(std::atoi(t));
+    }
+  }
+  // A variant asked for by name that no requested head dim builds is an error, not a silent skip.
+  if (variants_named) {
+    const std::vector<int> dims = only_d.empty() ? std::vector<int>{64, 128, 256} : only_d;
+    for (int v : variants) {
+      bool any = false;
+      for (int d : dims) any = any || variant_built(d, true, v);
+      if (!any) {
+        std::printf("variant %d is not built for any requested head dim (variant_built)\n", v);
+        return 2;
+      }
     }
   }
   int device = 0, major = 0;
