@@ -40,12 +40,13 @@ template <int HeadDim, int BlockM, int BlockN, int ProducerRegs, int ConsumerReg
           bool SplitSdP = false, bool ScoresAhead = false, bool WriterTiming = false, bool DetRingWriter = false,
           bool StsmPds = false, bool UniformWarpgroup = false>
 struct BwdTile {
-  // UniformWarpgroup (harness-only until measured: hd64 / hd128 variant 35 = V3 + 32, 51 = V19 +
-  // 32): the kernel's warpgroup index comes through __shfl_sync from lane 0, which the compiler
-  // knows is warp-uniform, so the wgmma descriptors and shared-memory bases derived from it can
-  // live in uniform registers (V3's consumer loop converts 48 of them with R2UR per step).
+  // UniformWarpgroup (hd64 / hd128 variant 35 = V3 + 32; with StsmPds variant 51, the library
+  // default there since session 4): the kernel's warpgroup index comes through __shfl_sync from
+  // lane 0, which the compiler knows is warp-uniform, so the wgmma descriptors and shared-memory
+  // bases derived from it can live in uniform registers (V3's consumer loop converts 48 of them
+  // with R2UR per step).
   static constexpr bool uniform_warpgroup() { return UniformWarpgroup; }
-  // StsmPds (harness-only until measured: hd64 / hd128 variant 19 = V3 + 16): store_pds writes the
+  // StsmPds (hd64 / hd128 variant 19 = V3 + 16; in the library's V51): store_pds writes the
   // P^T / dS^T fragments with stmatrix (4 x 8 x 8 b16 per instruction: a quarter of the shared
   // stores and their address arithmetic); the bytes in shared memory are the same.
   static constexpr bool stsm_pds() { return StsmPds; }
@@ -208,8 +209,8 @@ struct BwdTile {
 // schedule with 12-17% fewer instructions per consumer step: stmatrix for dS^T, wgmma descriptors
 // in uniform registers).
 constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 20 : 51; }
-// The variant deterministic mode runs: the default everywhere (V3's dQ writer and V20's ring writer
-// order their adds with the per-tile semaphore), so one instantiation serves both modes.
+// The variant deterministic mode runs: the default everywhere (V51's DqViaTma writer and V20's
+// ring writer order their adds with the per-tile semaphore), so one instantiation serves both.
 constexpr int bwd_deterministic_variant(int head_dim) { return bwd_default_variant(head_dim); }
 // Whether the library launches causal backwards in LPT sections (BwdLaunchOptions::lpt = -1):
 // measured +3% at hd256 (V20, seq 2048 and 16384); at hd128 (V3) +3% at seq_k 2048 and about
