@@ -257,8 +257,10 @@ struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 
 template <int V>
 struct BwdConfig<256, V> : BwdTile<256, 64, 64, 24, 240, /*DqPieces=*/(V & 9) ? 2 : 1, (V & 1) != 0, false,
                                    (V & 4) != 0, (V & 8) != 0, (V & 16) != 0, (V & 32) != 0, (V & 64) != 0,
-                                   /*DetRingWriter=*/(V & 128) != 0 || (V & 16) != 0> {
+                                   /*DetRingWriter=*/(V & 128) != 0 || (V & 16) != 0,
+                                   /*StsmPds=*/(V & 256) != 0, /*UniformWarpgroup=*/(V & 512) != 0> {
   static_assert((V & 128) == 0 || (V & 4) != 0, "DetRingWriter (variant 132 = 4 + 128) needs DqInRing");
+  static_assert((V & 768) == 0 || V == 788, "StsmPds + UniformWarpgroup at hd256: variant 788 (V20 + 768) only");
   static_assert((V & 2) == 0, "hd256 has no DqViaTma variant");
   static_assert((V & 5) != 5, "DqInRing uses the v1 schedule (no PipelineScores)");
   static_assert((V & 16) == 0 || (V & 29) == 20, "SplitSdP: variant 20 = DqInRing + SplitSdP only");

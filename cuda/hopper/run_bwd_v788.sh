@@ -1,0 +1,19 @@
+#!/bin/bash
+# One device call (repo root, H200), ready for session 5: the hd256 backward with V51's two changes
+# (V788 = V20 + StsmPds + UniformWarpgroup; consumer step 996 -> 767 instructions in the SASS,
+# causal 1010 -> 776) through the harness check beside V20 (default and deterministic), then
+# palindromic kernel-only timing (20,788,788,20) at 2k-16k, causal and not, with the new per-cell
+# warm-up. ~2 minutes. If V788 is correct and not slower, make it bwd_default_variant(256) and run
+# cuda/hopper/run_final_check.sh (check, then bench).
+OUT=${OUT:-/tmp/v788_out}; mkdir -p "$OUT"; S=$OUT/summary.txt
+T0=$SECONDS; el() { echo $((SECONDS-T0)); }
+F="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda -Xcompiler -fopenmp"; mkdir -p /tmp/m
+for f in cuda/hopper/bwd_hd64.cu cuda/hopper/bwd_hd128.cu cuda/hopper/bwd_hd256.cu cuda/hopper/bwd_launch.cu cuda/hopper/tensor_map.cu tests/gpu/cuda/bwd_variants_hd64.cu tests/gpu/cuda/bwd_variants_hd128.cu tests/gpu/cuda/bwd_variants_hd256.cu tests/gpu/cuda/bwd_kernel_check.cu; do nvcc $F -c $f -o /tmp/m/$(basename $f .cu).o & done
+for j in $(jobs -p); do wait $j 2>/dev/null; done
+nvcc $F /tmp/m/*.o -o /tmp/m/chk; echo "[$(el)s] built rc=$?" >> $S
+OMP_NUM_THREADS=16 timeout 90 /tmp/m/chk --hd 256 --variants 788,20 --opts 1,5 > $OUT/check.txt 2>&1
+echo "[$(el)s] check rc=$? $(grep 'cases passed' $OUT/check.txt)" >> $S
+grep -E "^FAIL|DIFFERS" $OUT/check.txt | head -10 >> $S
+timeout 200 /tmp/m/chk --no-check --bench --hd 256 --seqs 2048,4096,8192,16384 --variants 20,788,788,20 --opts 5 > $OUT/bench.txt 2>&1
+echo "[$(el)s] bench rc=$?" >> $S; grep -E "^ +256 " $OUT/bench.txt >> $S
+cat $S
