@@ -15,7 +15,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -365,10 +364,7 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
         cudaEvent_t e0, e1;
         cudaEventCreate(&e0);
         cudaEventCreate(&e1);
-        // Warm-up: the host work above (allocation, ~1 s of random inputs) leaves the GPU idle, and
-        // the first row timed after such a gap read up to 10% high (session 4: its clocks recover
-        // from the idle period during that row), which a palindromic order does not cancel. So the
-        // first built variant runs untimed for ~0.3 s before any row of the cell.
+        // Warm-up (check_util.h): the cell's first built variant, untimed, before any row.
         {
           int warm = fa4::hopper::bwd_default_variant(d);
           for (int v : variants) {
@@ -379,15 +375,7 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
           }
           set_options(opt_list.front());
           p.deterministic = false;
-          const auto t_warm = std::chrono::steady_clock::now();
-          while (std::chrono::steady_clock::now() - t_warm < std::chrono::milliseconds(300)) {
-            const std::string err = launch_mode(p, ws, warm, 0);
-            if (!err.empty()) {
-              std::printf("launch error %s\n", err.c_str());
-              std::exit(3);
-            }
-            CHECK_CUDA(cudaDeviceSynchronize());
-          }
+          warm_up([&] { return launch_mode(p, ws, warm, 0); });
         }
         for (int opts : opt_list)
         for (int vi = 0; vi < 2 * int(variants.size()) + (with_det ? 1 : 0); ++vi) {

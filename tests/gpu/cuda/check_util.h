@@ -6,10 +6,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 // Exit code 2 on a CUDA error: the run scripts read it as "the kernel faulted", not "wrong numbers".
 #define CHECK_CUDA(x)                                                                      \
@@ -42,4 +44,21 @@ static inline float from_bits(uint16_t b, bool bf16) {
   __half h;
   std::memcpy(&h, &b, 2);
   return __half2float(h);
+}
+
+// Timing warm-up: launches `launch` (returns "" or an error message) back to back, synchronising
+// after each, for `ms` milliseconds, untimed. The harnesses generate ~1 s of random inputs on the
+// host between timed cells; the GPU idles meanwhile and the first row timed after that read up to
+// 10% high (session 4), which a palindromic order does not cancel. Exit code 3 on a launch error.
+template <class Launch>
+static inline void warm_up(Launch&& launch, int ms = 300) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(ms)) {
+    const std::string err = launch();
+    if (!err.empty()) {
+      std::printf("launch error %s\n", err.c_str());
+      std::exit(3);
+    }
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
 }

@@ -13,7 +13,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -239,20 +238,10 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
         cudaEvent_t e0, e1;
         cudaEventCreate(&e0);
         cudaEventCreate(&e1);
-        // Warm-up (as in bwd_kernel_check): after the host's input generation the GPU was idle, and
-        // the first row timed after such a gap reads high; run the first built variant untimed
-        // for ~0.3 s first.
+        // Warm-up (check_util.h): the cell's first built variant, untimed, before any row.
         for (int variant : variants) {
           if (!variant_built(d, true, variant)) continue;
-          const auto t_warm = std::chrono::steady_clock::now();
-          while (std::chrono::steady_clock::now() - t_warm < std::chrono::milliseconds(300)) {
-            const std::string err = launch_variant(p, variant);
-            if (!err.empty()) {
-              std::printf("launch error %s\n", err.c_str());
-              std::exit(3);
-            }
-            CHECK_CUDA(cudaDeviceSynchronize());
-          }
+          warm_up([&] { return launch_variant(p, variant); });
           break;
         }
         for (int variant : variants) {
