@@ -16,15 +16,16 @@ the forward count. A cell's TFLOP/s is that count divided by the measured time p
 
 Timing. Each measurement compiles one ``jax.jit`` function that runs a chain of N calls in which
 every call's output is the next call's query (``q = attention(q, k, v)``), so the calls are
-serialised by a true data dependency and the host's launch overhead is paid once per chain, not
-per call. N is chosen per cell so that a chain holds about ``--chain-flops`` forward FLOPs
-(at least 2 calls, at most 32). The chain is run once to warm up, then ``--repeats`` times with
-``block_until_ready``; the median is taken. With ``--rounds R`` each cell's fast implementations
-are measured R times in a row, the order reversed every other round, and the record holds the
-median of the rounds (and each round's figure). The backward chain is the same chain where each step
-is ``jax.vjp`` of the call plus the pullback of a fixed random cotangent (every step's dq, dk and
-dv are outputs of the jit, so no part of the backward can be dropped as dead code); backward time
-per call = (fwd+bwd chain - forward chain) / N.
+serialised by a true data dependency and the host's launch overhead is paid once per chain, not per
+call. N is chosen per cell so that a chain holds about ``--chain-flops`` forward FLOPs (at least 2
+calls, at most 32). The chain is run untimed for ``--warmup-seconds`` (at least once; a compile
+leaves the GPU idle and its clocks high for the first milliseconds after), then ``--repeats`` times
+with ``block_until_ready``; the median is taken. With ``--rounds R`` each cell's fast
+implementations are measured R times in a row, the order reversed every other round, and the record
+holds the median of the rounds (and each round's figure). The backward chain is the same chain where
+each step is ``jax.vjp`` of the call plus the pullback of a fixed random cotangent (every step's dq,
+dk and dv are outputs of the jit, so no part of the backward can be dropped as dead code); backward
+time per call = (fwd+bwd chain - forward chain) / N.
 
 Any implementation that fails in a cell (unsupported shape or head dim, out of memory,
 NotImplementedError for a backward that does not exist yet, missing package) records null for that
@@ -233,9 +234,17 @@ def fwd_bwd_chain(attn: AttnFn, n: int) -> Callable[..., Any]:
     return run
 
 
-def time_compiled(fn: Callable[..., Any], args: Sequence[jax.Array], repeats: int) -> float:
-    """Median wall time of fn(*args) over `repeats` runs after one warm-up run, in seconds."""
+def time_compiled(
+    fn: Callable[..., Any], args: Sequence[jax.Array], repeats: int, warmup_seconds: float = 0.0
+) -> float:
+    """Median wall time of fn(*args) over `repeats` runs, in seconds, after untimed warm-up runs:
+    at least one, and more until `warmup_seconds` have passed. A compile leaves the GPU idle for
+    seconds and its clocks run high for the first few milliseconds of work after that; the
+    warm-up lets every implementation be timed in the steady state a training loop sees."""
+    t_end = time.perf_counter() + warmup_seconds
     jax.block_until_ready(fn(*args))
+    while time.perf_counter() < t_end:
+        jax.block_until_ready(fn(*args))
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -300,6 +309,7 @@ class Settings:
 
     dtype: Any
     repeats: int
+    warmup_seconds: float  # untimed runs of each compiled chain before its timed ones
     chain_flops: float
     do_bwd: bool
     deadline: float  # time.perf_counter() value after which no new cell starts
@@ -334,7 +344,7 @@ def measure(impl: str, cell: Cell, st: Settings) -> tuple[float | None, float | 
         t0 = time.perf_counter()
         f = compile_fn(fwd_chain(attn, n), (q, k, v))
         t_compile = time.perf_counter() - t0
-        t_fwd = time_compiled(f, (q, k, v), st.repeats) / n
+        t_fwd = time_compiled(f, (q, k, v), st.repeats, st.warmup_seconds) / n
         del f
         notes.append(f"fwd {t_fwd * 1e3:.3f} ms (compile {t_compile:.1f} s)")
     except Exception as e:
@@ -353,7 +363,7 @@ def measure(impl: str, cell: Cell, st: Settings) -> tuple[float | None, float | 
             t0 = time.perf_counter()
             g = compile_fn(fwd_bwd_chain(attn, n), (q, k, v, do))
             t_compile = time.perf_counter() - t0
-            t_fb = time_compiled(g, (q, k, v, do), st.repeats) / n
+            t_fb = time_compiled(g, (q, k, v, do), st.repeats, st.warmup_seconds) / n
             del g
             t_bwd = t_fb - t_fwd
             if t_bwd > 0:
@@ -479,6 +489,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per chain (default 5)")
     p.add_argument(
+        "--warmup-seconds",
+        type=float,
+        default=0.3,
+        help="untimed runs of each compiled chain for this long before timing it, so that every "
+        "implementation is timed at steady-state GPU clocks (default 0.3; --smoke: 0)",
+    )
+    p.add_argument(
         "--rounds",
         type=int,
         default=1,
@@ -548,6 +565,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     st = Settings(
         dtype=jnp.dtype(args.dtype),
         repeats=repeats,
+        warmup_seconds=0.0 if args.smoke else args.warmup_seconds,
         chain_flops=chain_flops,
         do_bwd=not args.no_bwd,
         deadline=t_start + args.max_seconds if args.max_seconds > 0 else math.inf,
@@ -559,7 +577,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"# impls {impls}; head dims {head_dims}; seqs {seqs}; causal {causals}; "
         f"tokens {tokens}; hidden {hidden}; dtype {args.dtype}; repeats {repeats}; "
-        f"rounds {args.rounds}; "
+        f"warm-up {st.warmup_seconds:g} s; rounds {args.rounds}; "
         f"chain {chain_flops:.3g} FLOPs; bwd {st.do_bwd}; max {args.max_seconds:.0f} s",
         flush=True,
     )

@@ -207,9 +207,10 @@ struct BwdTile {
 // DqViaTma) at hd64/hd128, +17-28% over V0; V20 (DqInRing + SplitSdP) at hd256, +3-4% over V4
 // (+20-24% over V0). Session 4: V51 = V3 + StsmPds + UniformWarpgroup at hd64/hd128 (the same
 // schedule with 12-17% fewer instructions per consumer step: stmatrix for dS^T, wgmma descriptors
-// in uniform registers).
-constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 20 : 51; }
-// The variant deterministic mode runs: the default everywhere (V51's DqViaTma writer and V20's
+// in uniform registers). Session 5: V788 = V20 + the same two changes at hd256 (consumer step
+// 996 -> 767 instructions), +2.5-3.5% kernel-only at 2k-16k, causal and not (palindromic).
+constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 788 : 51; }
+// The variant deterministic mode runs: the default everywhere (V51's DqViaTma writer and V788's
 // ring writer order their adds with the per-tile semaphore), so one instantiation serves both.
 constexpr int bwd_deterministic_variant(int head_dim) { return bwd_default_variant(head_dim); }
 // Whether the library launches causal backwards in LPT sections (BwdLaunchOptions::lpt = -1):

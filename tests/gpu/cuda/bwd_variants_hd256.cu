@@ -6,9 +6,9 @@
 
 namespace fa4::hopper {
 namespace {
-// The default variant (V20) is the library's instantiation (bf16 and fp16, bwd_hd256.cu), which
-// deterministic mode runs too (bwd_deterministic_variant(256) = 20); V0 and V4 (with its
-// deterministic writer as variant 132) are bf16-only here.
+// The default variant (V788) is the library's instantiation (bf16 and fp16, bwd_hd256.cu), which
+// deterministic mode runs too (bwd_deterministic_variant(256) = 788); the others (V20, the default
+// until session 5; V0 and V4 with its deterministic writer as variant 132) are bf16-only here.
 template <int V>
 std::string run(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
   if constexpr (V == bwd_default_variant(256)) {
@@ -29,7 +29,7 @@ std::string launch_bwd_hd256_variant(const BwdProblem& p, const BwdWorkspace& ws
     case 52: return run<52>(p, ws, stream);  // 20 + ScoresAhead: next scores during the dQ staging (bwd v4)
     case 68: return run<68>(p, ws, stream);  // 4 + WriterTiming: V4 with the writer's clock64 counters
     case 132: return run<132>(p, ws, stream);  // 4 + DetRingWriter: V4 with its deterministic writer
-    case 788: return run<788>(p, ws, stream);  // 20 + StsmPds + UniformWarpgroup (V51's two changes, untested)
+    case 788: return run<788>(p, ws, stream);  // 20 + StsmPds + UniformWarpgroup (V51's two changes; the library's since session 5)
     default: return "hd256 has no variant " + std::to_string(variant) + " (no DqViaTma: shared memory)";
   }
 }
