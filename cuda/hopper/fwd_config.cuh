@@ -27,7 +27,7 @@ namespace fa4::hopper {
 template <int HeadDim, int ConsumerWarpgroups, int BlockN, int KvStages, int QkStages,
           int ProducerRegs, int ConsumerRegs, bool WgSkip = false, bool Lpt = false,
           bool KWaitFirst = WgSkip, bool Persist = false, bool OInQ = false,
-          bool CondRescale = false, int Exp2EmuEighths = 0>
+          bool CondRescale = false, int Exp2EmuEighths = 0, bool TrimFirst = false>
 struct FwdTile {
   // Rows of Q per consumer warpgroup: one wgmma m64 row block.
   static constexpr int rows_per_warpgroup() { return 64; }
@@ -46,6 +46,12 @@ struct FwdTile {
   static constexpr bool o_in_q() { return OInQ; }
   static constexpr bool cond_rescale() { return CondRescale; }
   static constexpr int exp2_emu_eighths() { return Exp2EmuEighths; }
+  // TrimFirst (fwd v7): a tile's first key block (the loop runs from the last block down, so the
+  // partial one: the diagonal under a causal mask, the seq_k tail without one) is multiplied only
+  // over the 16-column groups this warpgroup's rows can see: S = Q K^T with a narrower wgmma N (its
+  // accumulator registers are a prefix of the full N's) and its PV with fewer k-steps. The other
+  // columns are masked to -inf as before, so the result is the same.
+  static constexpr bool trim_first() { return TrimFirst; }
   // One producer warpgroup (a single warp issues TMA; the rest only give registers back).
   static constexpr int threads() { return 128 * (1 + ConsumerWarpgroups); }
   // TMA boxes and 128B-swizzle atoms are 64 two-byte columns wide.
@@ -125,6 +131,8 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //   hd128: 13 = 0 + Persist (causal 128x128 with an O buffer; without a mask = V7, OInQ)
 //   hd256: 0 = 128x80 (v2)   1 = 0 + WgSkip + Lpt   2 = 128x64   3 = 0 + KWaitFirst
 //          4 = 0 + Persist + OInQ (non-causal; causal as 0)
+//   fwd v7 (TrimFirst: the first, partial key block multiplied over its visible columns only):
+//   hd64:  13 = 12 + TrimFirst   hd128: 14 = 0 + TrimFirst   hd256: 5 = 0 + TrimFirst
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 constexpr int fwd_default_variant(int /*head_dim*/) { return 0; }
@@ -135,7 +143,7 @@ constexpr int fwd_default_variant(int /*head_dim*/) { return 0; }
 // seq_k <= kFwdShortSeqK, else fwd_default_variant(head_dim); both are built for bf16 and fp16.
 constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 12 : -1; }
 constexpr long long kFwdShortSeqK = 4096;
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 13 : head_dim == 128 ? 14 : 5; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 14 : head_dim == 128 ? 15 : 6; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -149,10 +157,10 @@ struct FwdConfig<64, Causal, V>
               /*QkStages=*/1, /*ProducerRegs=*/V == 1 ? 24 : 32, /*ConsumerRegs=*/V == 1 ? 240 : 160,
               /*WgSkip=*/V == 2 || V == 3 || V == 7, /*Lpt=*/V == 2 || V == 4 || V == 7,
               /*KWaitFirst=*/V == 2 || V == 3 || V == 5 || V == 7,
-              /*Persist=*/((V == 6 || V == 7) && !Causal) || V == 12,
+              /*Persist=*/((V == 6 || V == 7) && !Causal) || V == 12 || V == 13,
               /*OInQ=*/false, /*CondRescale=*/V == 8 || V == 10 || V == 11,
-              /*Exp2EmuEighths=*/V == 9 || V == 10 ? 2 : V == 11 ? 1 : 0> {
-  static_assert(V >= 0 && V <= 12, "hd64 variants are 0..12");
+              /*Exp2EmuEighths=*/V == 9 || V == 10 ? 2 : V == 11 ? 1 : 0, /*TrimFirst=*/V == 13> {
+  static_assert(V >= 0 && V <= 13, "hd64 variants are 0..13");
 };
 
 // hd128: FA3's tiles, 128x128 causal and a longer 128x176 K tile without the mask.
@@ -164,16 +172,17 @@ struct FwdConfig<128, Causal, V>
               /*KWaitFirst=*/V == 4 || V == 5,
               /*Persist=*/((V == 6 || V == 7 || V == 8) && !Causal) || V == 13,
               /*OInQ=*/(V == 7 || V == 13) && !Causal, /*CondRescale=*/V == 9 || V == 11 || V == 12,
-              /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0> {
-  static_assert(V >= 0 && V <= 13, "hd128 variants are 0..13");
+              /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0, /*TrimFirst=*/V == 14> {
+  static_assert(V >= 0 && V <= 14, "hd128 variants are 0..14");
 };
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).
 template <bool Causal, int V>
 struct FwdConfig<256, Causal, V>
     : FwdTile<256, 2, V == 2 ? 64 : 80, 2, /*QkStages=*/2, 24, 240, /*WgSkip=*/V == 1, /*Lpt=*/V == 1,
-              /*KWaitFirst=*/V == 1 || V == 3, /*Persist=*/V == 4 && !Causal, /*OInQ=*/V == 4 && !Causal> {
-  static_assert(V >= 0 && V <= 4, "hd256 variants are 0..4");
+              /*KWaitFirst=*/V == 1 || V == 3, /*Persist=*/V == 4 && !Causal, /*OInQ=*/V == 4 && !Causal,
+              /*CondRescale=*/false, /*Exp2EmuEighths=*/0, /*TrimFirst=*/V == 5> {
+  static_assert(V >= 0 && V <= 5, "hd256 variants are 0..5");
 };
 
 }  // namespace fa4::hopper

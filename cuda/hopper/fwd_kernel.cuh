@@ -19,6 +19,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "hopper/fwd_config.cuh"
 #include "hopper/fwd_launch.h"
@@ -90,8 +91,12 @@ __device__ __forceinline__ void stage_o_tile(uint8_t* tile, const float (&o)[Cfg
 
 // S = Q K^T for this warpgroup's 64 rows, over the head dim in k-steps of 16, waiting for each K
 // sub-stage just before its k-steps.
-template <class T, class Cfg, class KPipe>
-__device__ __forceinline__ void issue_qk(float (&s)[Cfg::block_n() / 2], const uint8_t* q_tile, KPipe& k) {
+// NE < block_n (TrimFirst's first block): only the first NE key columns (the D fragment of an
+// m64nNE wgmma holds the same columns in the same places as the first NE / 2 registers of the full
+// width's). WaitFirst: as KWaitFirst (below), for this call only (TrimFirst issues it on one branch of a
+// switch, where an injected warpgroup.arrive would serialize the kernel's wgmmas, C7520).
+template <class T, class Cfg, int NE = Cfg::block_n(), bool WaitFirst = Cfg::k_wait_first(), class KPipe>
+__device__ __forceinline__ void issue_qk(float (&s)[NE / 2], const uint8_t* q_tile, KPipe& k) {
   using Tag = typename WgmmaTag<T>::type;
   constexpr int kSteps = Cfg::head_dim() / 16;
   constexpr int kStepsPerSub = kSteps / Cfg::qk_stages();
@@ -99,24 +104,60 @@ __device__ __forceinline__ void issue_qk(float (&s)[Cfg::block_n() / 2], const u
   // warpgroup.arrive injected by ptxas, C7519; the WgSkip variants need it: there the injected
   // arrive landed on a divergent path and ptxas serialized every wgmma of the kernel, C7520).
   // Otherwise v2's order: sub-stage j's wait just before its k-steps.
-  if constexpr (Cfg::k_wait_first()) {
+  if constexpr (WaitFirst) {
 #pragma unroll
     for (int j = 0; j < Cfg::qk_stages(); ++j) k.wait(j);
   }
   wgmma_fence();
 #pragma unroll
   for (int j = 0; j < Cfg::qk_stages(); ++j) {
-    if constexpr (!Cfg::k_wait_first()) k.wait(j);
+    if constexpr (!WaitFirst) k.wait(j);
 #pragma unroll
     for (int kk = j * kStepsPerSub; kk < (j + 1) * kStepsPerSub; ++kk) {
       const int chunk = kk / 4;
       const uint32_t within = (kk % 4) * 32;  // 16 elements = 32 bytes inside a swizzle row
       auto a = MmaSmemDescriptor::sw128(q_tile + chunk * Cfg::chunk_bytes_q(), 0).plus_bytes(within);
       auto b = k.desc(chunk).plus_bytes(within);
-      WgmmaSS<Tag, Cfg::block_n()>::mma(s, a.bits, b.bits, kk > 0 ? 1u : 0u);
+      WgmmaSS<Tag, NE>::mma(s, a.bits, b.bits, kk > 0 ? 1u : 0u);
     }
   }
   wgmma_commit();
+}
+
+// TrimFirst: the 16-column groups of key block n that rows [row_begin, row_begin + 64) can see
+// (0 .. block_n / 16). Rows past seq_q are never stored, so only the valid ones count.
+template <class Cfg, bool Causal>
+__device__ __forceinline__ int visible_ksteps(const AttentionMask<Causal>& mask, int n, int row_begin) {
+  constexpr int N = Cfg::block_n();
+  int end = mask.seq_k;  // one past the last column any of the rows sees
+  if (Causal) end = min(end, min(row_begin + 64, mask.seq_q) + mask.seq_k - mask.seq_q);
+  const int cols = min(N, max(0, end - n * N));
+  return (cols + 15) / 16;
+}
+
+// TrimFirst: calls first(std::integral_constant<int, 16 * ksteps>) with ksteps clamped to
+// 1 .. block_n / 16 (warp-uniform: the whole warpgroup takes one case). The first block's S lives
+// in its own array of exactly that width (a wgmma accumulator that only wgmma writes: writing a
+// prefix of the loop's full-width S made ptxas serialize every wgmma of the kernel, C7511/C7515).
+template <int N, class First>
+__device__ __forceinline__ void with_first_width(int ksteps, First&& first) {
+  static_assert(N % 16 == 0 && N <= 256, "16-column groups");
+  ksteps = max(1, min(N / 16, ksteps));
+#define FA4_TRIM_CASE(J)                                 \
+  case J:                                                \
+    if constexpr (16 * J <= N) {                         \
+      first(std::integral_constant<int, 16 * J>{});      \
+      return;                                            \
+    }                                                    \
+    break;
+  switch (ksteps) {
+    FA4_TRIM_CASE(1) FA4_TRIM_CASE(2) FA4_TRIM_CASE(3) FA4_TRIM_CASE(4) FA4_TRIM_CASE(5)
+    FA4_TRIM_CASE(6) FA4_TRIM_CASE(7) FA4_TRIM_CASE(8) FA4_TRIM_CASE(9) FA4_TRIM_CASE(10)
+    FA4_TRIM_CASE(11) FA4_TRIM_CASE(12) FA4_TRIM_CASE(13) FA4_TRIM_CASE(14) FA4_TRIM_CASE(15)
+    FA4_TRIM_CASE(16)
+    default: break;
+  }
+#undef FA4_TRIM_CASE
 }
 
 // O += P V: P (block_n keys) from registers in k-steps of 16 keys; V rows are 128 bytes apart.
@@ -231,18 +272,36 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
   if (n_mine > 0) {
     const uint8_t* q_tile = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk
     int n = n_mine - 1;
+    const int first_steps = Cfg::trim_first() ? visible_ksteps<Cfg>(mask, n, m0 + c * 64) : N / 16;
 
     named_barrier_sync(sched_mine, kSchedThreads);
-    issue_qk<T, Cfg>(s, q_tile, k);
-    named_barrier_arrive(sched_next, kSchedThreads);
-    wgmma_wait<0>();
-    fence_regs(s);
-    k.release(elected);
-    k.advance();
-    if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
-    softmax.update(s, args.scale_log2, o_scale);
+    if constexpr (Cfg::trim_first()) {
+      with_first_width<N>(first_steps, [&](auto width) {
+        constexpr int NE = decltype(width)::value;
+        float sf[NE / 2];
+        issue_qk<T, Cfg, NE, true>(sf, q_tile, k);
+        named_barrier_arrive(sched_next, kSchedThreads);
+        wgmma_wait<0>();
+        fence_regs(sf);
+        k.release(elected);
+        k.advance();
+        if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(sf, n * N, row0, lane);
+        softmax.update(sf, args.scale_log2, o_scale);
 #pragma unroll
-    for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+        for (int q = 0; q < N / 4; ++q) p[q] = q < NE / 4 ? pack2<T>(sf[2 * q], sf[2 * q + 1]) : 0u;
+      });
+    } else {
+      issue_qk<T, Cfg>(s, q_tile, k);
+      named_barrier_arrive(sched_next, kSchedThreads);
+      wgmma_wait<0>();
+      fence_regs(s);
+      k.release(elected);
+      k.advance();
+      if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
+      softmax.update(s, args.scale_log2, o_scale);
+#pragma unroll
+      for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+    }
 
     for (--n; n >= 0; --n) {
       named_barrier_sync(sched_mine, kSchedThreads);
@@ -482,19 +541,38 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     }
     if (n_mine > 0) {
       int n = n_blocks - 1;
+      const int first_steps = Cfg::trim_first() ? visible_ksteps<Cfg>(mask, n, m0 + c * 64) : N / 16;
 
       named_barrier_sync(sched_mine, kSchedThreads);
-      issue_qk<T, Cfg>(s, q_tile, k);
-      named_barrier_arrive(sched_next, kSchedThreads);
-      wgmma_wait<0>();
-      fence_regs(s);
-      k.release(elected);
-      k.advance();
-      if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);  // last read of Q retired
-      if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
-      softmax.update(s, args.scale_log2, o_scale);
+      if constexpr (Cfg::trim_first()) {
+        with_first_width<N>(first_steps, [&](auto width) {
+          constexpr int NE = decltype(width)::value;
+          float sf[NE / 2];
+          issue_qk<T, Cfg, NE, true>(sf, q_tile, k);
+          named_barrier_arrive(sched_next, kSchedThreads);
+          wgmma_wait<0>();
+          fence_regs(sf);
+          k.release(elected);
+          k.advance();
+          if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);  // last read of Q retired
+          if (mask.block_needs_mask(n, m0, N)) mask.apply(sf, n * N, row0, lane);
+          softmax.update(sf, args.scale_log2, o_scale);
 #pragma unroll
-      for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+          for (int q = 0; q < N / 4; ++q) p[q] = q < NE / 4 ? pack2<T>(sf[2 * q], sf[2 * q + 1]) : 0u;
+        });
+      } else {
+        issue_qk<T, Cfg>(s, q_tile, k);
+        named_barrier_arrive(sched_next, kSchedThreads);
+        wgmma_wait<0>();
+        fence_regs(s);
+        k.release(elected);
+        k.advance();
+        if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);  // last read of Q retired
+        if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
+        softmax.update(s, args.scale_log2, o_scale);
+#pragma unroll
+        for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+      }
 
       for (--n; n >= 0; --n) {
         named_barrier_sync(sched_mine, kSchedThreads);

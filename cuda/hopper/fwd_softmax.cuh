@@ -115,13 +115,16 @@ struct OnlineSoftmax {
   // returns in o_scale the factor by which the O rows accumulated so far must be multiplied.
   // Returns whether either factor may differ from 1 (always true without CondRescale; with it,
   // o_scale is exactly 1 for a row whose max was kept, so skipping the O multiply is exact).
-  __device__ __forceinline__ bool update(float (&s)[NAcc], float scale_log2, float (&o_scale)[2]) {
+  // M < NAcc (TrimFirst's first block): only the first M accumulators of the block were computed;
+  // the other columns count as masked (p = 0).
+  template <int M = NAcc>
+  __device__ __forceinline__ bool update(float (&s)[M], float scale_log2, float (&o_scale)[2]) {
     bool rescaled = !CondRescale;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float mx = row_max[i];
 #pragma unroll
-      for (int j = 0; j < NAcc / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
+      for (int j = 0; j < M / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
       mx = quad_max(mx);
       float max_scaled;
       if constexpr (CondRescale) {
@@ -143,7 +146,7 @@ struct OnlineSoftmax {
       }
       float sum = 0.f;
 #pragma unroll
-      for (int j = 0; j < NAcc / 4; ++j) {
+      for (int j = 0; j < M / 4; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const float x = fmaf(s[4 * j + 2 * i + e], scale_log2, -max_scaled);

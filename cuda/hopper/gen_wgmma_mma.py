@@ -4,7 +4,8 @@ PTX needs every accumulator register spelled out as an asm operand, so the wrapp
 Run: python3 cuda/hopper/gen_wgmma_mma.py > cuda/hopper/wgmma_mma.cuh
 """
 
-NS = [64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256]
+# 16-48: the forward's trimmed first key block (TrimFirst: S over only the columns it can see).
+NS = [16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256]
 DTYPES = [("bf16", "Bf16"), ("f16", "F16")]
 
 
