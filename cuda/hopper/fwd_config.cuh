@@ -132,10 +132,15 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //   hd256: 0 = 128x80 (v2)   1 = 0 + WgSkip + Lpt   2 = 128x64   3 = 0 + KWaitFirst
 //          4 = 0 + Persist + OInQ (non-causal; causal as 0)
 //   fwd v7 (TrimFirst: the first, partial key block multiplied over its visible columns only):
-//   hd64:  13 = 12 + TrimFirst   hd128: 14 = 0 + TrimFirst   hd256: 5 = 0 + TrimFirst
+//   hd64:  13 = 12 + TrimFirst (both masks)   hd128: 14 = 0 + TrimFirst   hd256: 5 = 0 + TrimFirst
+//          (hd128 / hd256: without a mask only; causal as 0)
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
-constexpr int fwd_default_variant(int /*head_dim*/) { return 0; }
+// fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
+// seq 2048 (hd128 also 4096), neutral at 16384; their causal instantiations are V0's kernel
+// (TrimFirst under the mask measured -2 to -3.5% at every length: the first-block switch cost
+// the main loop instructions).
+constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 14 : head_dim == 256 ? 5 : 0; }
 // fwd v6: the persistent kernel where overlapping one tile's epilogue with the next tile's loads
 // pays, i.e. on short tiles. Measured at hd64 (session 3, kernel-only, drift-cancelled): V12 +7-8%
 // at seq 2048 with and without the mask, +3-7% causal at 4096, but -1 to -7% at 8192 and above;
@@ -172,7 +177,7 @@ struct FwdConfig<128, Causal, V>
               /*KWaitFirst=*/V == 4 || V == 5,
               /*Persist=*/((V == 6 || V == 7 || V == 8) && !Causal) || V == 13,
               /*OInQ=*/(V == 7 || V == 13) && !Causal, /*CondRescale=*/V == 9 || V == 11 || V == 12,
-              /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0, /*TrimFirst=*/V == 14> {
+              /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0, /*TrimFirst=*/V == 14 && !Causal> {
   static_assert(V >= 0 && V <= 14, "hd128 variants are 0..14");
 };
 
@@ -181,7 +186,7 @@ template <bool Causal, int V>
 struct FwdConfig<256, Causal, V>
     : FwdTile<256, 2, V == 2 ? 64 : 80, 2, /*QkStages=*/2, 24, 240, /*WgSkip=*/V == 1, /*Lpt=*/V == 1,
               /*KWaitFirst=*/V == 1 || V == 3, /*Persist=*/V == 4 && !Causal, /*OInQ=*/V == 4 && !Causal,
-              /*CondRescale=*/false, /*Exp2EmuEighths=*/0, /*TrimFirst=*/V == 5> {
+              /*CondRescale=*/false, /*Exp2EmuEighths=*/0, /*TrimFirst=*/V == 5 && !Causal> {
   static_assert(V >= 0 && V <= 5, "hd256 variants are 0..5");
 };
 

@@ -142,7 +142,9 @@ __device__ __forceinline__ int visible_ksteps(const AttentionMask<Causal>& mask,
 template <int N, class First>
 __device__ __forceinline__ void with_first_width(int ksteps, First&& first) {
   static_assert(N % 16 == 0 && N <= 256, "16-column groups");
-  ksteps = max(1, min(N / 16, ksteps));
+  // From lane 0, so the compiler knows the switch is warp-uniform (a divergent switch around wgmmas
+  // made it add YIELD / WARPSYNC to every wait loop of the kernel, also the main loop's).
+  ksteps = __shfl_sync(0xffffffffu, max(1, min(N / 16, ksteps)), 0);
 #define FA4_TRIM_CASE(J)                                 \
   case J:                                                \
     if constexpr (16 * J <= N) {                         \
