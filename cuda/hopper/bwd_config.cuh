@@ -38,8 +38,14 @@ namespace fa4::hopper {
 template <int HeadDim, int BlockM, int BlockN, int ProducerRegs, int ConsumerRegs, int DqPieces = 1,
           bool PipelineScores = false, bool DqViaTma = false, bool DqInRing = false, bool Persistent = false,
           bool SplitSdP = false, bool ScoresAhead = false, bool WriterTiming = false, bool DetRingWriter = false,
-          bool StsmPds = false, bool UniformWarpgroup = false>
+          bool StsmPds = false, bool UniformWarpgroup = false, bool RedV4 = false>
 struct BwdTile {
+  // RedV4 (harness-only measurement, hd256 variant 1024 = V0 + it): the consumers' red.global dQ
+  // adds are 16 bytes each (red.global.add.v4.f32: a thread's 4 accumulators of one 8-column group,
+  // rows r and r + 8) into a fragment-order dq_accum tile (dq_frag_offset), half the instructions
+  // of V0's 8-byte adds; a warp's adds cover 512 contiguous bytes. Asks whether per-thread atomics
+  // can feed the L2 as well as the bulk reduce (FA3 runs hd256 with atomics).
+  static constexpr bool red_v4() { return RedV4; }
   // UniformWarpgroup (hd64 / hd128 variant 35 = V3 + 32; with StsmPds variant 51, the library
   // default there since session 4): the kernel's warpgroup index comes through __shfl_sync from
   // lane 0, which the compiler knows is warp-uniform, so the wgmma descriptors and shared-memory
@@ -82,7 +88,7 @@ struct BwdTile {
   // the ring stage after its bulk reduce-add has read it.
   static constexpr bool dq_in_ring() { return DqInRing; }
   // dq_accum holds each block_m-row tile in accumulator fragment order (dq_accum_offset).
-  static constexpr bool dq_frag_layout() { return DqViaTma || DqInRing; }
+  static constexpr bool dq_frag_layout() { return DqViaTma || DqInRing || RedV4; }
   static constexpr int head_dim() { return HeadDim; }
   static constexpr int block_m() { return BlockM; }  // query rows per main-loop step
   static constexpr int block_n() { return BlockN; }  // key rows per CTA
@@ -188,7 +194,18 @@ struct BwdTile {
   // is the two warpgroups' pieces one after the other, each piece float pairs (k / 2) major,
   // thread minor, so a warp's 8-byte stores cover 256 contiguous bytes.
   static constexpr int dq_frag_offset(int c, int t, int k) {
+    if (RedV4) return c * 64 * dq_cols() + 4 * ((k / 4) * 128 + t) + k % 4;  // (k / 4) major, thread, then k % 4
     return c * 64 * dq_cols() + 2 * ((k / 2) * 128 + t) + k % 2;
+  }
+  // The accumulator register k and thread t of warpgroup c's piece holding element (row, col) of
+  // the tile (any col; the inverse of the fragment map, see dq_accum_offset).
+  static constexpr int dq_accum_offset_any(int row, int col) {
+    const int qs = row / 64, ds = col / dq_cols();
+    const int c = qs + ds * dq_row_slices();
+    const int rin = row % 64, cin = col % dq_cols();
+    const int t = 32 * (rin / 16) + 4 * (rin % 8) + (cin % 8) / 2;
+    const int k = 4 * (cin / 8) + 2 * ((rin % 16) / 8) + cin % 2;
+    return dq_frag_offset(c, t, k);
   }
   // The inverse for the postprocess: offset of (row, col) of the tile, col % 8 == 0; the 8
   // columns col .. col + 7 of a row are 8 contiguous floats there.
@@ -259,7 +276,9 @@ template <int V>
 struct BwdConfig<256, V> : BwdTile<256, 64, 64, 24, 240, /*DqPieces=*/(V & 9) ? 2 : 1, (V & 1) != 0, false,
                                    (V & 4) != 0, (V & 8) != 0, (V & 16) != 0, (V & 32) != 0, (V & 64) != 0,
                                    /*DetRingWriter=*/(V & 128) != 0 || (V & 16) != 0,
-                                   /*StsmPds=*/(V & 256) != 0, /*UniformWarpgroup=*/(V & 512) != 0> {
+                                   /*StsmPds=*/(V & 256) != 0, /*UniformWarpgroup=*/(V & 512) != 0,
+                                   /*RedV4=*/(V & 1024) != 0> {
+  static_assert((V & 1024) == 0 || V == 1024, "RedV4: variant 1024 (= V0 + red.global.add.v4) only");
   static_assert((V & 128) == 0 || (V & 4) != 0, "DetRingWriter (variant 132 = 4 + 128) needs DqInRing");
   static_assert((V & 768) == 0 || V == 788, "StsmPds + UniformWarpgroup at hd256: variant 788 (V20 + 768) only");
   static_assert((V & 2) == 0, "hd256 has no DqViaTma variant");

@@ -369,6 +369,18 @@ __device__ __forceinline__ void add_dq_tile(float* dq_rows, const float (&dq)[N 
   }
 }
 
+// RedV4: the same adds, 16 bytes each, into the fragment-order tile of query block m0 / block_m
+// (Cfg::dq_frag_offset: thread tid's registers 4j .. 4j + 3 are 4 contiguous floats).
+template <class Cfg, int N>
+__device__ __forceinline__ void add_dq_tile_v4(float* dq_rows, const float (&dq)[N / 2], int m0, int c, int tid) {
+  static_assert(N == Cfg::dq_cols(), "one piece per warpgroup");
+  float* base = dq_rows + int64_t(m0) * Cfg::head_dim() + Cfg::dq_frag_offset(c, tid, 0);
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+    red_add_f32x4(base + 4 * 128 * j, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+  }
+}
+
 // Deterministic mode, before this CTA's dQ adds to one query block: one thread spins until the
 // block's semaphore says that every earlier key block (rank < n) has added, then both consumer
 // warpgroups pass a barrier. The acquire load plus the barrier order every later red.global of
@@ -705,7 +717,11 @@ __device__ __forceinline__ void bwd_dq_out(float (&dq)[Cfg::dq_cols() / Cfg::dq_
     // Deterministic mode (dq_sem != nullptr): the whole tile's adds, every piece of both
     // warpgroups, between the wait and the signal.
     if (dq_sem) dq_tile_wait(dq_sem, dq_rank, dq_sem_thread);
-    add_dq_tile<Cfg, kPieceCols>(dq_rows, dq, m0 + 64 * qs, dq_col0, warp, lane);
+    if constexpr (Cfg::red_v4()) {
+      add_dq_tile_v4<Cfg, kPieceCols>(dq_rows, dq, m0, c, tid);
+    } else {
+      add_dq_tile<Cfg, kPieceCols>(dq_rows, dq, m0 + 64 * qs, dq_col0, warp, lane);
+    }
 #pragma unroll
     for (int piece = 1; piece < Cfg::dq_pieces(); ++piece) {
       wgmma_fence();
@@ -1633,15 +1649,29 @@ __global__ void __launch_bounds__(256) bwd_postprocess(const float* dq_accum, T*
   const int i = int(bi % seq_q);
   const int b = int(bi / seq_q);
   const float* src;
-  if constexpr (Cfg::dq_frag_layout()) {
+  float4 a, c;
+  if constexpr (Cfg::red_v4()) {
+    // RedV4's fragment order keeps only column pairs together.
     constexpr int BM = Cfg::block_m();
-    src = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + (i / BM) * BM) * HeadDim +
-          Cfg::dq_accum_offset(i % BM, cv * kVec);
+    const float* tile = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + (i / BM) * BM) * HeadDim;
+    float2 e[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      e[u] = *reinterpret_cast<const float2*>(tile + Cfg::dq_accum_offset_any(i % BM, cv * kVec + 2 * u));
+    }
+    a = make_float4(e[0].x, e[0].y, e[1].x, e[1].y);
+    c = make_float4(e[2].x, e[2].y, e[3].x, e[3].y);
   } else {
-    src = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + i) * HeadDim + cv * kVec;
+    if constexpr (Cfg::dq_frag_layout()) {
+      constexpr int BM = Cfg::block_m();
+      src = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + (i / BM) * BM) * HeadDim +
+            Cfg::dq_accum_offset(i % BM, cv * kVec);
+    } else {
+      src = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + i) * HeadDim + cv * kVec;
+    }
+    a = *reinterpret_cast<const float4*>(src);
+    c = *reinterpret_cast<const float4*>(src + 4);
   }
-  const float4 a = *reinterpret_cast<const float4*>(src);
-  const float4 c = *reinterpret_cast<const float4*>(src + 4);
   uint4 out;
   out.x = bwd_pack2<T>(a.x * scale, a.y * scale);
   out.y = bwd_pack2<T>(a.z * scale, a.w * scale);
@@ -1715,14 +1745,27 @@ __global__ void __launch_bounds__(256) bwd_postprocess_grid(const float* dq_accu
   const int i = int(idx / (HeadDim / kVec));
   const int64_t bh = int64_t(b) * heads_q + head;
   const float* src;
-  if constexpr (Cfg::dq_frag_layout()) {
+  float4 a, c;
+  if constexpr (Cfg::red_v4()) {
     constexpr int BM = Cfg::block_m();
-    src = dq_accum + (bh * seq_q_pad + (i / BM) * BM) * HeadDim + Cfg::dq_accum_offset(i % BM, cv * kVec);
+    const float* tile = dq_accum + (bh * seq_q_pad + (i / BM) * BM) * HeadDim;
+    float2 e[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      e[u] = *reinterpret_cast<const float2*>(tile + Cfg::dq_accum_offset_any(i % BM, cv * kVec + 2 * u));
+    }
+    a = make_float4(e[0].x, e[0].y, e[1].x, e[1].y);
+    c = make_float4(e[2].x, e[2].y, e[3].x, e[3].y);
   } else {
-    src = dq_accum + (bh * seq_q_pad + i) * HeadDim + cv * kVec;
+    if constexpr (Cfg::dq_frag_layout()) {
+      constexpr int BM = Cfg::block_m();
+      src = dq_accum + (bh * seq_q_pad + (i / BM) * BM) * HeadDim + Cfg::dq_accum_offset(i % BM, cv * kVec);
+    } else {
+      src = dq_accum + (bh * seq_q_pad + i) * HeadDim + cv * kVec;
+    }
+    a = *reinterpret_cast<const float4*>(src);
+    c = *reinterpret_cast<const float4*>(src + 4);
   }
-  const float4 a = *reinterpret_cast<const float4*>(src);
-  const float4 c = *reinterpret_cast<const float4*>(src + 4);
   uint4 out;
   out.x = bwd_pack2<T>(a.x * scale, a.y * scale);
   out.y = bwd_pack2<T>(a.z * scale, a.w * scale);

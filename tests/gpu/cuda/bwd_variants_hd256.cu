@@ -30,6 +30,7 @@ std::string launch_bwd_hd256_variant(const BwdProblem& p, const BwdWorkspace& ws
     case 68: return run<68>(p, ws, stream);  // 4 + WriterTiming: V4 with the writer's clock64 counters
     case 132: return run<132>(p, ws, stream);  // 4 + DetRingWriter: V4 with its deterministic writer
     case 788: return run<788>(p, ws, stream);  // 20 + StsmPds + UniformWarpgroup (V51's two changes; the library's since session 5)
+    case 1024: return run<1024>(p, ws, stream);  // V0 + RedV4 (16-byte dQ atomics in fragment order; measurement)
     default: return "hd256 has no variant " + std::to_string(variant) + " (no DqViaTma: shared memory)";
   }
 }
