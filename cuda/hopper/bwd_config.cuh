@@ -257,8 +257,9 @@ struct BwdConfig<64, V> : BwdTile</*HeadDim=*/64, /*BlockM=*/128, /*BlockN=*/128
 template <int V>
 struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 2) != 0, false, (V & 8) != 0,
                                    false, false, false, false, /*StsmPds=*/(V & 16) != 0,
-                                   /*UniformWarpgroup=*/(V & 32) != 0> {
+                                   /*UniformWarpgroup=*/(V & 32) != 0, /*RedV4=*/(V & 1024) != 0> {
   static_assert((V & 4) == 0, "DqInRing is hd256 only");
+  static_assert((V & 1024) == 0 || V == 1073, "RedV4 at hd128: variant 1073 (= 1024 + 49: V51 without DqViaTma) only");
 };
 
 // hd256: a warpgroup cannot hold 64 x 256 of both dK and dV, so the two warpgroups share 64 key

@@ -1,0 +1,16 @@
+#!/bin/bash
+# One device call (repo root, H200): hd128 V1073 (= V51 without DqViaTma, with RedV4: the consumers'
+# 16-byte red.global.add.v4 dQ atomics in fragment order, no shared dQ tile) beside the library's
+# V51 (bulk reduce of a 32 KB shared dQ tile by the writer warp): check, then palindromic timing.
+OUT=${OUT:-/tmp/redv4_out}; mkdir -p "$OUT"; S=$OUT/summary.txt
+T0=$SECONDS; el() { echo $((SECONDS-T0)); }
+F="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda -Xcompiler -fopenmp"; mkdir -p /tmp/m
+for f in cuda/hopper/bwd_hd64.cu cuda/hopper/bwd_hd128.cu cuda/hopper/bwd_hd256.cu cuda/hopper/bwd_launch.cu cuda/hopper/tensor_map.cu tests/gpu/cuda/bwd_variants_hd64.cu tests/gpu/cuda/bwd_variants_hd128.cu tests/gpu/cuda/bwd_variants_hd256.cu tests/gpu/cuda/bwd_kernel_check.cu; do nvcc $F -c $f -o /tmp/m/$(basename $f .cu).o & done
+for j in $(jobs -p); do wait $j 2>/dev/null; done
+nvcc $F /tmp/m/*.o -o /tmp/m/chk; echo "[$(el)s] built rc=$?" >> $S
+OMP_NUM_THREADS=16 timeout 60 /tmp/m/chk --hd 128 --variants 1073 --opts 1,5 > $OUT/check.txt 2>&1
+echo "[$(el)s] check rc=$? $(grep 'cases passed' $OUT/check.txt)" >> $S
+grep -E "^FAIL|DIFFERS" $OUT/check.txt | head -10 >> $S
+timeout 100 /tmp/m/chk --no-check --bench --hd 128 --seqs 2048,8192 --variants 51,1073,1073,51 --opts 1 > $OUT/bench.txt 2>&1
+echo "[$(el)s] bench rc=$?" >> $S; grep -E "^ +128 " $OUT/bench.txt >> $S
+cat $S
