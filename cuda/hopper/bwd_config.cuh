@@ -183,8 +183,10 @@ struct BwdTile {
                               !PipelineScores && 64u * dq_cols() * 4 == 2 * ring_region_bytes() &&
                               ring_region_bytes() % 1024 == 0),
                 "DqInRing: hd256-style split, v1 schedule, dQ piece = Q half + dO half (2 pieces: one each)");
-  static_assert(!SplitSdP || (DqInRing && !Persistent && DqPieces == 1 && BlockM == 64 && row_groups() == 1),
-                "SplitSdP: V4's shape (hd256, 64 x 64, DqInRing, one dQ piece), m64n64 score products");
+  static_assert(!SplitSdP || ((DqInRing || RedV4) && !Persistent && DqPieces == 1 && BlockM == 64 &&
+                               row_groups() == 1),
+                "SplitSdP: V4's shape (hd256, 64 x 64, DqInRing or RedV4, one dQ piece), m64n64 score products");
+  static_assert(!RedV4 || (!DqInRing && !DqViaTma && DqPieces == 1), "RedV4: the consumers add dQ themselves");
   static_assert(!ScoresAhead || SplitSdP, "ScoresAhead is a SplitSdP schedule");
   static_assert(!WriterTiming || (DqInRing && !Persistent), "WriterTiming instruments the DqInRing writer");
 
@@ -276,15 +278,18 @@ struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 
 template <int V>
 struct BwdConfig<256, V> : BwdTile<256, 64, 64, 24, 240, /*DqPieces=*/(V & 9) ? 2 : 1, (V & 1) != 0, false,
                                    (V & 4) != 0, (V & 8) != 0, (V & 16) != 0, (V & 32) != 0, (V & 64) != 0,
-                                   /*DetRingWriter=*/(V & 128) != 0 || (V & 16) != 0,
+                                   /*DetRingWriter=*/(V & 128) != 0 || ((V & 16) != 0 && (V & 4) != 0),
                                    /*StsmPds=*/(V & 256) != 0, /*UniformWarpgroup=*/(V & 512) != 0,
                                    /*RedV4=*/(V & 1024) != 0> {
-  static_assert((V & 1024) == 0 || V == 1024, "RedV4: variant 1024 (= V0 + red.global.add.v4) only");
+  // RedV4: variant 1024 (= V0 + red.global.add.v4) and 1808 (= V788 with the consumers' 16-byte
+  // dQ atomics instead of the DqInRing staging and writer warp: each warpgroup frees the Q / dO
+  // stage as soon as its wgmmas retired).
+  static_assert((V & 1024) == 0 || V == 1024 || V == 1808, "RedV4: variants 1024 and 1808 only");
   static_assert((V & 128) == 0 || (V & 4) != 0, "DetRingWriter (variant 132 = 4 + 128) needs DqInRing");
-  static_assert((V & 768) == 0 || V == 788, "StsmPds + UniformWarpgroup at hd256: variant 788 (V20 + 768) only");
+  static_assert((V & 768) == 0 || V == 788 || V == 1808, "StsmPds + UniformWarpgroup at hd256: variants 788, 1808");
   static_assert((V & 2) == 0, "hd256 has no DqViaTma variant");
   static_assert((V & 5) != 5, "DqInRing uses the v1 schedule (no PipelineScores)");
-  static_assert((V & 16) == 0 || (V & 29) == 20, "SplitSdP: variant 20 = DqInRing + SplitSdP only");
+  static_assert((V & 16) == 0 || (V & 29) == 20 || V == 1808, "SplitSdP: with DqInRing (20) or RedV4 (1808)");
   static_assert((V & 32) == 0 || (V & 16) != 0, "ScoresAhead (variant 52) needs SplitSdP");
   static_assert((V & 64) == 0 || (V & 4) != 0, "WriterTiming (variant 68 = 4 + 64) instruments DqInRing");
 };

@@ -1097,8 +1097,19 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
             named_barrier_arrive(kBwdBarDqRing + uint32_t(step & 1), kBwdDqBarrierThreads);
             wgmma_wait<0>();
             fence_regs(sc);
-          } else {
+          } else if constexpr (Cfg::dq_in_ring()) {
             stage_dq_ring<Cfg>(dq, q_tile, do_tile, c, tid, step);
+          } else {
+            // RedV4 (variant 1808): every wgmma of this warpgroup reading Q / dO has retired (and
+            // its lse2 / delta' reads are behind it): free the stage, then the 16-byte dQ adds.
+            q.release(elected);
+            dO.release(elected);
+            int* dq_sem = args.deterministic
+                              ? args.dq_sem + (int64_t(batch) * args.heads_q + head) * (args.seq_q_pad / 64) + m
+                              : nullptr;
+            const int dq_rank = dq_sem ? bwd_dq_rank<Cfg, Causal>(args, n0 / Cfg::block_n(), m) : 0;
+            bwd_dq_out<T, Cfg>(dq, dq_rows, ds_tile, sK, m0, c, qs, dq_col0, tid, warp, lane, dq_sem, dq_rank,
+                               dq_sem_thread);
           }
           q.advance();
           dO.advance();
