@@ -46,6 +46,9 @@ struct BwdTile {
   // of V0's 8-byte adds; a warp's adds cover 512 contiguous bytes. Asks whether per-thread atomics
   // can feed the L2 as well as the bulk reduce (FA3 runs hd256 with atomics).
   static constexpr bool red_v4() { return RedV4; }
+  // The 80-key hd256 kernel (bwd_kv80.cuh, variant 4096) has its own config; these say "not it".
+  static constexpr bool kv80() { return false; }
+  static constexpr bool dq_transposed() { return false; }
   // UniformWarpgroup (hd64 / hd128 variant 35 = V3 + 32; with StsmPds variant 51, the library
   // default there since session 4): the kernel's warpgroup index comes through __shfl_sync from
   // lane 0, which the compiler knows is warp-uniform, so the wgmma descriptors and shared-memory

@@ -1661,7 +1661,16 @@ __global__ void __launch_bounds__(256) bwd_postprocess(const float* dq_accum, T*
   const int b = int(bi / seq_q);
   const float* src;
   float4 a, c;
-  if constexpr (Cfg::red_v4()) {
+  if constexpr (Cfg::dq_transposed()) {
+    // The 80-key kernel's dQ^T fragments: the 8 columns are 8 separate floats.
+    constexpr int BM = Cfg::block_m();
+    const float* tile = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + (i / BM) * BM) * HeadDim;
+    float e[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) e[u] = tile[Cfg::dq_accum_offset_any(i % BM, cv * kVec + u)];
+    a = make_float4(e[0], e[1], e[2], e[3]);
+    c = make_float4(e[4], e[5], e[6], e[7]);
+  } else if constexpr (Cfg::red_v4()) {
     // RedV4's fragment order keeps only column pairs together.
     constexpr int BM = Cfg::block_m();
     const float* tile = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + (i / BM) * BM) * HeadDim;
@@ -1757,7 +1766,15 @@ __global__ void __launch_bounds__(256) bwd_postprocess_grid(const float* dq_accu
   const int64_t bh = int64_t(b) * heads_q + head;
   const float* src;
   float4 a, c;
-  if constexpr (Cfg::red_v4()) {
+  if constexpr (Cfg::dq_transposed()) {
+    constexpr int BM = Cfg::block_m();
+    const float* tile = dq_accum + (bh * seq_q_pad + (i / BM) * BM) * HeadDim;
+    float e[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) e[u] = tile[Cfg::dq_accum_offset_any(i % BM, cv * kVec + u)];
+    a = make_float4(e[0], e[1], e[2], e[3]);
+    c = make_float4(e[4], e[5], e[6], e[7]);
+  } else if constexpr (Cfg::red_v4()) {
     constexpr int BM = Cfg::block_m();
     const float* tile = dq_accum + (bh * seq_q_pad + (i / BM) * BM) * HeadDim;
     float2 e[4];
@@ -1784,6 +1801,12 @@ __global__ void __launch_bounds__(256) bwd_postprocess_grid(const float* dq_accu
   out.w = bwd_pack2<T>(c.z * scale, c.w * scale);
   *reinterpret_cast<uint4*>(dq + ((int64_t(b) * seq_q + i) * heads_q + head) * HeadDim + cv * kVec) = out;
 }
+
+}  // namespace fa4::hopper
+
+#include "hopper/bwd_kv80.cuh"
+
+namespace fa4::hopper {
 
 // ---------------------------------------------------------------------------------------------
 // Host side
@@ -1913,7 +1936,13 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
       e = cudaLaunchKernelEx(&cfg, pkernel, tq, tk, tv, tdo, args);
       if (e != cudaSuccess) return fail("persistent main kernel launch", e);
     } else {
-      auto kernel = bwd_kernel<T, Cfg, Causal>;
+      auto kernel = [] {
+        if constexpr (Cfg::kv80()) {
+          return bwd_kernel_kv80<T, Cfg, Causal>;
+        } else {
+          return bwd_kernel<T, Cfg, Causal>;
+        }
+      }();
       e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
       if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
       if (pdl) {

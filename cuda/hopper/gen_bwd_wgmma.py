@@ -8,7 +8,8 @@ immediates as template arguments. PTX needs every accumulator register spelled o
 generator. Run: python3 cuda/hopper/gen_bwd_wgmma.py > cuda/hopper/bwd_wgmma.cuh
 """
 
-NS = [32, 64, 128]
+# 40 and 80: the hd256 64 x 80 backward (bwd_kv80.cuh): S / dP per warpgroup m64n40, dK^T / dV^T m64n80.
+NS = [32, 40, 64, 80, 128]
 DTYPES = [("bf16", "Bf16"), ("f16", "F16")]
 
 

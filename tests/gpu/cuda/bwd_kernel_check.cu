@@ -48,7 +48,7 @@ static int g_variant = 0;
 static bool variant_built(int d, bool bf16, int v) {
   if (v == fa4::hopper::bwd_default_variant(d)) return true;
   if (!bf16) return false;
-  return d == 256 ? (v == 0 || v == 1 || v == 4 || v == 12 || v == 20 || v == 52 || v == 68 || v == 132 || v == 788 || v == 1024 || v == 1808)
+  return d == 256 ? (v == 0 || v == 1 || v == 4 || v == 12 || v == 20 || v == 52 || v == 68 || v == 132 || v == 788 || v == 1024 || v == 1808 || v == 4096)
                   : ((v >= 0 && v <= 3) || v == 11 || v == 19 || v == 35 || v == 51 || (d == 128 && v == 1073));
 }
 // Launch options (fa4::hopper::BwdLaunchOptions, cuda/hopper/bwd_launch.h) as a bit mask: 1 =
@@ -78,7 +78,7 @@ static std::string launch_variant(const BwdProblem& p, const BwdWorkspace& ws, i
 // V0, V1 (consumer-side semaphores), V132 (= V4 with DetRingWriter), V20, V52 and V788 (the semaphore
 // handshake in the DqInRing writer warp). The persistent variants (11, 12) have no deterministic mode.
 static bool det_direct(int d, bool bf16, int v) {
-  return d == 256 && bf16 && (v == 0 || v == 1 || v == 132 || v == 20 || v == 52 || v == 788 || v == 1024 || v == 1808);
+  return d == 256 && bf16 && (v == 0 || v == 1 || v == 132 || v == 20 || v == 52 || v == 788 || v == 1024 || v == 1808 || v == 4096);
 }
 // mode 0 default, 1 deterministic (the variant itself), 2 deterministic through the library.
 static std::string launch_mode(const BwdProblem& p, const BwdWorkspace& ws, int variant, int mode) {

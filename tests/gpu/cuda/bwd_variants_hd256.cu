@@ -32,6 +32,7 @@ std::string launch_bwd_hd256_variant(const BwdProblem& p, const BwdWorkspace& ws
     case 788: return run<788>(p, ws, stream);  // 20 + StsmPds + UniformWarpgroup (V51's two changes; the library's since session 5)
     case 1024: return run<1024>(p, ws, stream);  // V0 + RedV4 (16-byte dQ atomics in fragment order; measurement)
     case 1808: return run<1808>(p, ws, stream);  // V788's schedule with RedV4 instead of DqInRing + writer warp
+    case 4096: return run<4096>(p, ws, stream);  // 64 x 80 blocks, transposed dK/dV/dQ products, RedV4 (bwd_kv80.cuh)
     default: return "hd256 has no variant " + std::to_string(variant) + " (no DqViaTma: shared memory)";
   }
 }
