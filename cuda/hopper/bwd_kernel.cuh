@@ -207,6 +207,44 @@ __device__ __forceinline__ void load_row_step(Ring& ring, uint8_t* tiles, float*
   ring.advance();
 }
 
+// The loader thread's whole job for one key block: K and V once (one full barrier), then per step
+// (every q head of the group, query blocks m_begin .. m_end) the Q row tile with lse2 and the dO
+// row tile with delta' into their rings (whatever their stage counts).
+template <class Cfg, int QStages, int DoStages>
+__device__ __forceinline__ void bwd_load_tiles(uint8_t* smem, uint64_t* kv_full,
+                                               typename StagedPipeline<QStages, 1>::Barriers* q_bars,
+                                               typename StagedPipeline<DoStages, 1>::Barriers* do_bars,
+                                               const CUtensorMap* tm_q, const CUtensorMap* tm_k,
+                                               const CUtensorMap* tm_v, const CUtensorMap* tm_do,
+                                               const BwdArgs& args, int n0, int kv_head, int batch, int m_begin,
+                                               int m_end) {
+  mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kv_tile_bytes());
+#pragma unroll
+  for (int c = 0; c < Cfg::chunks(); ++c) {
+    tma_load_4d(smem + Cfg::k_offset() + c * Cfg::chunk_bytes_kv(), tm_k, kv_full, c * 64, n0, kv_head, batch);
+  }
+#pragma unroll
+  for (int c = 0; c < Cfg::chunks(); ++c) {
+    tma_load_4d(smem + Cfg::v_offset() + c * Cfg::chunk_bytes_kv(), tm_v, kv_full, c * 64, n0, kv_head, batch);
+  }
+  // PDL: K and V (inputs) are already on their way; lse2 / delta' come from the preprocess.
+  if (args.pdl) griddep_wait();
+  StagedPipeline<QStages, 1> q_ring{q_bars};
+  StagedPipeline<DoStages, 1> do_ring{do_bars};
+  float* sLse = reinterpret_cast<float*>(smem + Cfg::lse_offset());
+  float* sDelta = reinterpret_cast<float*>(smem + Cfg::delta_offset());
+  for (int g = 0; g < args.group; ++g) {
+    const int head = kv_head * args.group + g;
+    const int64_t vec_row = (int64_t(batch) * args.heads_q + head) * args.seq_q_pad;
+    for (int m = m_begin; m < m_end; ++m) {
+      const int m0 = m * Cfg::block_m();
+      load_row_step<Cfg>(q_ring, smem + Cfg::q_offset(), sLse, tm_q, args.lse2 + vec_row + m0, m0, head, batch);
+      load_row_step<Cfg>(do_ring, smem + Cfg::do_offset(), sDelta, tm_do, args.delta + vec_row + m0, m0, head,
+                         batch);
+    }
+  }
+}
+
 // The key block's first query block (causal: the earlier ones see none of its keys) and the end.
 template <class Cfg, bool Causal>
 __device__ __forceinline__ void bwd_m_range(const BwdArgs& args, int n0, int* m_begin, int* m_end) {
@@ -1643,6 +1681,45 @@ __global__ void __launch_bounds__(256) bwd_preprocess(const T* o, const T* d_o, 
   }
 }
 
+// The 8 dq_accum floats of query row i, head-dim columns 8 cv .. 8 cv + 7, of (batch, head) row
+// block bh: row-major, or (dq_frag_layout) inside the row's block_m tile in the config's fragment
+// order -- DqViaTma / DqInRing keep the 8 columns contiguous, RedV4 only pairs, the 80-key
+// kernel's transposed pieces none.
+template <class Cfg, int HeadDim>
+__device__ __forceinline__ void load_dq8(const float* dq_accum, int64_t bh, int seq_q_pad, int i, int cv, float4& a,
+                                         float4& c) {
+  constexpr int kVec = 8;
+  if constexpr (Cfg::dq_transposed()) {
+    constexpr int BM = Cfg::block_m();
+    const float* tile = dq_accum + (bh * seq_q_pad + (i / BM) * BM) * HeadDim;
+    float e[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) e[u] = tile[Cfg::dq_accum_offset_any(i % BM, cv * kVec + u)];
+    a = make_float4(e[0], e[1], e[2], e[3]);
+    c = make_float4(e[4], e[5], e[6], e[7]);
+  } else if constexpr (Cfg::red_v4()) {
+    constexpr int BM = Cfg::block_m();
+    const float* tile = dq_accum + (bh * seq_q_pad + (i / BM) * BM) * HeadDim;
+    float2 e[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      e[u] = *reinterpret_cast<const float2*>(tile + Cfg::dq_accum_offset_any(i % BM, cv * kVec + 2 * u));
+    }
+    a = make_float4(e[0].x, e[0].y, e[1].x, e[1].y);
+    c = make_float4(e[2].x, e[2].y, e[3].x, e[3].y);
+  } else {
+    const float* src;
+    if constexpr (Cfg::dq_frag_layout()) {
+      constexpr int BM = Cfg::block_m();
+      src = dq_accum + (bh * seq_q_pad + (i / BM) * BM) * HeadDim + Cfg::dq_accum_offset(i % BM, cv * kVec);
+    } else {
+      src = dq_accum + (bh * seq_q_pad + i) * HeadDim + cv * kVec;
+    }
+    a = *reinterpret_cast<const float4*>(src);
+    c = *reinterpret_cast<const float4*>(src + 4);
+  }
+}
+
 // dq[b, i, h, :] = softmax_scale * dq_accum[b, h, i, :], 8 elements per thread. dq_accum's rows
 // are row-major, or (Cfg::dq_via_tma()) each block_m-row tile in the fragment order of
 // Cfg::dq_accum_offset, whose 8-column groups are contiguous too.
@@ -1659,39 +1736,8 @@ __global__ void __launch_bounds__(256) bwd_postprocess(const float* dq_accum, T*
   const int64_t bi = rest / heads_q;  // b * seq_q + i
   const int i = int(bi % seq_q);
   const int b = int(bi / seq_q);
-  const float* src;
   float4 a, c;
-  if constexpr (Cfg::dq_transposed()) {
-    // The 80-key kernel's dQ^T fragments: the 8 columns are 8 separate floats.
-    constexpr int BM = Cfg::block_m();
-    const float* tile = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + (i / BM) * BM) * HeadDim;
-    float e[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) e[u] = tile[Cfg::dq_accum_offset_any(i % BM, cv * kVec + u)];
-    a = make_float4(e[0], e[1], e[2], e[3]);
-    c = make_float4(e[4], e[5], e[6], e[7]);
-  } else if constexpr (Cfg::red_v4()) {
-    // RedV4's fragment order keeps only column pairs together.
-    constexpr int BM = Cfg::block_m();
-    const float* tile = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + (i / BM) * BM) * HeadDim;
-    float2 e[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      e[u] = *reinterpret_cast<const float2*>(tile + Cfg::dq_accum_offset_any(i % BM, cv * kVec + 2 * u));
-    }
-    a = make_float4(e[0].x, e[0].y, e[1].x, e[1].y);
-    c = make_float4(e[2].x, e[2].y, e[3].x, e[3].y);
-  } else {
-    if constexpr (Cfg::dq_frag_layout()) {
-      constexpr int BM = Cfg::block_m();
-      src = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + (i / BM) * BM) * HeadDim +
-            Cfg::dq_accum_offset(i % BM, cv * kVec);
-    } else {
-      src = dq_accum + ((int64_t(b) * heads_q + head) * seq_q_pad + i) * HeadDim + cv * kVec;
-    }
-    a = *reinterpret_cast<const float4*>(src);
-    c = *reinterpret_cast<const float4*>(src + 4);
-  }
+  load_dq8<Cfg, HeadDim>(dq_accum, int64_t(b) * heads_q + head, seq_q_pad, i, cv, a, c);
   uint4 out;
   out.x = bwd_pack2<T>(a.x * scale, a.y * scale);
   out.y = bwd_pack2<T>(a.z * scale, a.w * scale);
@@ -1764,36 +1810,8 @@ __global__ void __launch_bounds__(256) bwd_postprocess_grid(const float* dq_accu
   const int cv = int(idx % (HeadDim / kVec));
   const int i = int(idx / (HeadDim / kVec));
   const int64_t bh = int64_t(b) * heads_q + head;
-  const float* src;
   float4 a, c;
-  if constexpr (Cfg::dq_transposed()) {
-    constexpr int BM = Cfg::block_m();
-    const float* tile = dq_accum + (bh * seq_q_pad + (i / BM) * BM) * HeadDim;
-    float e[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) e[u] = tile[Cfg::dq_accum_offset_any(i % BM, cv * kVec + u)];
-    a = make_float4(e[0], e[1], e[2], e[3]);
-    c = make_float4(e[4], e[5], e[6], e[7]);
-  } else if constexpr (Cfg::red_v4()) {
-    constexpr int BM = Cfg::block_m();
-    const float* tile = dq_accum + (bh * seq_q_pad + (i / BM) * BM) * HeadDim;
-    float2 e[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      e[u] = *reinterpret_cast<const float2*>(tile + Cfg::dq_accum_offset_any(i % BM, cv * kVec + 2 * u));
-    }
-    a = make_float4(e[0].x, e[0].y, e[1].x, e[1].y);
-    c = make_float4(e[2].x, e[2].y, e[3].x, e[3].y);
-  } else {
-    if constexpr (Cfg::dq_frag_layout()) {
-      constexpr int BM = Cfg::block_m();
-      src = dq_accum + (bh * seq_q_pad + (i / BM) * BM) * HeadDim + Cfg::dq_accum_offset(i % BM, cv * kVec);
-    } else {
-      src = dq_accum + (bh * seq_q_pad + i) * HeadDim + cv * kVec;
-    }
-    a = *reinterpret_cast<const float4*>(src);
-    c = *reinterpret_cast<const float4*>(src + 4);
-  }
+  load_dq8<Cfg, HeadDim>(dq_accum, bh, seq_q_pad, i, cv, a, c);
   uint4 out;
   out.x = bwd_pack2<T>(a.x * scale, a.y * scale);
   out.y = bwd_pack2<T>(a.z * scale, a.w * scale);

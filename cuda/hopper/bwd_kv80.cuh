@@ -399,30 +399,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
       int m_begin, m_end;
       bwd_m_range<Cfg, Causal>(args, n0, &m_begin, &m_end);
       if (m_end > m_begin) {
-        mbarrier_arrive_expect_tx(kv_full, 2 * Cfg::kv_tile_bytes());
-#pragma unroll
-        for (int ch = 0; ch < Cfg::chunks(); ++ch) {
-          tma_load_4d(smem + Cfg::k_offset() + ch * Cfg::chunk_bytes_kv(), &tm_k, kv_full, ch * 64, n0, kv_head, batch);
-        }
-#pragma unroll
-        for (int ch = 0; ch < Cfg::chunks(); ++ch) {
-          tma_load_4d(smem + Cfg::v_offset() + ch * Cfg::chunk_bytes_kv(), &tm_v, kv_full, ch * 64, n0, kv_head, batch);
-        }
-        if (args.pdl) griddep_wait();
-        StagedPipeline<Cfg::q_stages(), 1> q_ring{q_bars};
-        StagedPipeline<Cfg::do_stages(), 1> do_ring{do_bars};
-        float* sLse = reinterpret_cast<float*>(smem + Cfg::lse_offset());
-        float* sDelta = reinterpret_cast<float*>(smem + Cfg::delta_offset());
-        for (int g = 0; g < args.group; ++g) {
-          const int head = kv_head * args.group + g;
-          const int64_t vec_row = (int64_t(batch) * args.heads_q + head) * args.seq_q_pad;
-          for (int m = m_begin; m < m_end; ++m) {
-            const int m0 = m * Cfg::block_m();
-            load_row_step<Cfg>(q_ring, smem + Cfg::q_offset(), sLse, &tm_q, args.lse2 + vec_row + m0, m0, head, batch);
-            load_row_step<Cfg>(do_ring, smem + Cfg::do_offset(), sDelta, &tm_do, args.delta + vec_row + m0, m0, head,
-                               batch);
-          }
-        }
+        bwd_load_tiles<Cfg, Cfg::q_stages(), Cfg::do_stages()>(smem, kv_full, q_bars, do_bars, &tm_q, &tm_k, &tm_v,
+                                                               &tm_do, args, n0, kv_head, batch, m_begin, m_end);
       }
     }
   } else {

@@ -4,10 +4,8 @@
 # V51 (bulk reduce of a 32 KB shared dQ tile by the writer warp): check, then palindromic timing.
 OUT=${OUT:-/tmp/redv4_out}; mkdir -p "$OUT"; S=$OUT/summary.txt
 T0=$SECONDS; el() { echo $((SECONDS-T0)); }
-F="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda -Xcompiler -fopenmp"; mkdir -p /tmp/m
-for f in cuda/hopper/bwd_hd64.cu cuda/hopper/bwd_hd128.cu cuda/hopper/bwd_hd256.cu cuda/hopper/bwd_launch.cu cuda/hopper/tensor_map.cu tests/gpu/cuda/bwd_variants_hd64.cu tests/gpu/cuda/bwd_variants_hd128.cu tests/gpu/cuda/bwd_variants_hd256.cu tests/gpu/cuda/bwd_kernel_check.cu; do nvcc $F -c $f -o /tmp/m/$(basename $f .cu).o & done
-for j in $(jobs -p); do wait $j 2>/dev/null; done
-nvcc $F /tmp/m/*.o -o /tmp/m/chk; echo "[$(el)s] built rc=$?" >> $S
+. cuda/hopper/harness_build.sh
+build_bwd_harness; echo "[$(el)s] built rc=$?" >> $S
 OMP_NUM_THREADS=16 timeout 60 /tmp/m/chk --hd 128 --variants 1073 --opts 1,5 > $OUT/check.txt 2>&1
 echo "[$(el)s] check rc=$? $(grep 'cases passed' $OUT/check.txt)" >> $S
 grep -E "^FAIL|DIFFERS" $OUT/check.txt | head -10 >> $S

@@ -10,10 +10,8 @@
 # FA4_DQ_HALVES-style debugging starts from check.txt (which cases, dq or dk/dv).
 OUT=${OUT:-/tmp/s6_out}; mkdir -p "$OUT"; S=$OUT/summary.txt
 T0=$SECONDS; el() { echo $((SECONDS-T0)); }
-F="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda -Xcompiler -fopenmp"; mkdir -p /tmp/m
-for f in cuda/hopper/bwd_hd64.cu cuda/hopper/bwd_hd128.cu cuda/hopper/bwd_hd256.cu cuda/hopper/bwd_launch.cu cuda/hopper/tensor_map.cu tests/gpu/cuda/bwd_variants_hd64.cu tests/gpu/cuda/bwd_variants_hd128.cu tests/gpu/cuda/bwd_variants_hd256.cu tests/gpu/cuda/bwd_kernel_check.cu; do nvcc $F -c $f -o /tmp/m/$(basename $f .cu).o & done
-for j in $(jobs -p); do wait $j 2>/dev/null; done
-nvcc $F /tmp/m/*.o -o /tmp/m/chk; echo "[$(el)s] built rc=$?" >> $S
+. cuda/hopper/harness_build.sh
+build_bwd_harness; echo "[$(el)s] built rc=$?" >> $S
 for v in 1808 4096; do
   OMP_NUM_THREADS=16 timeout 90 /tmp/m/chk --hd 256 --variants $v --opts 1,5 > $OUT/check_$v.txt 2>&1
   echo "[$(el)s] check V$v rc=$? $(grep 'cases passed' $OUT/check_$v.txt)" >> $S

@@ -5,10 +5,8 @@
 # kernel-only timing against the library (variant 0; at hd64 below seq_k 4097 that is V12). ~2.5 min.
 OUT=${OUT:-/tmp/trim_out}; mkdir -p "$OUT"; S=$OUT/summary.txt
 T0=$SECONDS; el() { echo $((SECONDS-T0)); }
-F="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda -Xcompiler -fopenmp"; mkdir -p /tmp/f
-for f in cuda/hopper/fwd_hd64.cu cuda/hopper/fwd_hd128.cu cuda/hopper/fwd_hd256.cu cuda/hopper/fwd_launch.cu cuda/hopper/tensor_map.cu tests/gpu/cuda/fwd_variants_hd64.cu tests/gpu/cuda/fwd_variants_hd128.cu tests/gpu/cuda/fwd_variants_hd256.cu tests/gpu/cuda/fwd_kernel_check.cu; do nvcc $F -c $f -o /tmp/f/$(basename $f .cu).o 2>/dev/null & done
-for j in $(jobs -p); do wait $j 2>/dev/null; done
-nvcc $F /tmp/f/*.o -o /tmp/f/chk; echo "[$(el)s] built rc=$?" >> $S
+. cuda/hopper/harness_build.sh
+build_fwd_harness; echo "[$(el)s] built rc=$?" >> $S
 H=$OUT/check.txt
 timeout 60 /tmp/f/chk --hd 128 --variants 0,14 >> $H 2>&1; echo "[$(el)s] hd128 V0,V14 rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
 timeout 60 /tmp/f/chk --hd 256 --variants 0,5 >> $H 2>&1; echo "[$(el)s] hd256 V0,V5 rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
