@@ -231,9 +231,11 @@ struct BwdTile {
 // schedule with 12-17% fewer instructions per consumer step: stmatrix for dS^T, wgmma descriptors
 // in uniform registers). Session 5: V788 = V20 + the same two changes at hd256 (consumer step
 // 996 -> 767 instructions), +2.5-3.5% kernel-only at 2k-16k, causal and not (palindromic).
-constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 788 : 51; }
-// The variant deterministic mode runs: the default everywhere (V51's DqViaTma writer and V788's
-// ring writer order their adds with the per-tile semaphore), so one instantiation serves both.
+// Session 6: V4096 at hd256 (bwd_kv80.cuh: 64 x 80 blocks, transposed dK/dV/dQ products, dQ by
+// 16-byte atomics), +14-16% over V788 non-causal and +6-10% causal at 2k-16k (palindromic).
+constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 4096 : 51; }
+// The variant deterministic mode runs: the default everywhere (V51's DqViaTma writer and V4096's
+// consumers order their adds with the per-tile semaphore), so one instantiation serves both.
 constexpr int bwd_deterministic_variant(int head_dim) { return bwd_default_variant(head_dim); }
 // Whether the library launches causal backwards in LPT sections (BwdLaunchOptions::lpt = -1):
 // measured +3% at hd256 (V20, seq 2048 and 16384); at hd128 (V3) +3% at seq_k 2048 and about

@@ -1,5 +1,5 @@
-// The hd256 backward with 80-key blocks (variant 4096, harness-only until measured; FA3's hd256
-// shape on Hopper). One CTA owns 80 keys of one kv head, so each query's dQ gets 20% fewer
+// The hd256 backward with 80-key blocks (variant 4096, the library's hd256 backward since session 6;
+// FA3's hd256 shape on Hopper). One CTA owns 80 keys of one kv head, so each query's dQ gets 20% fewer
 // float32 reduce-adds than with 64-key blocks -- the L2 reduce traffic is what bounds the hd256
 // backward (NOTES.md, sessions 3 and 5). 80 keys do not split into m64 rows, so the products are
 // taken the other way round from bwd_kernel.cuh's:

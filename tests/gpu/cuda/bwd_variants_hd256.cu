@@ -6,9 +6,10 @@
 
 namespace fa4::hopper {
 namespace {
-// The default variant (V788) is the library's instantiation (bf16 and fp16, bwd_hd256.cu), which
-// deterministic mode runs too (bwd_deterministic_variant(256) = 788); the others (V20, the default
-// until session 5; V0 and V4 with its deterministic writer as variant 132) are bf16-only here.
+// The default variant (V4096, the 64 x 80 kernel) is the library's instantiation (bf16 and fp16,
+// bwd_hd256.cu), which deterministic mode runs too (bwd_deterministic_variant(256) = 4096); the others
+// (V788, the default in session 5; V20 before it; V0 and V4 with its deterministic writer as variant
+// 132) are bf16-only here.
 template <int V>
 std::string run(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
   if constexpr (V == bwd_default_variant(256)) {
@@ -29,10 +30,10 @@ std::string launch_bwd_hd256_variant(const BwdProblem& p, const BwdWorkspace& ws
     case 52: return run<52>(p, ws, stream);  // 20 + ScoresAhead: next scores during the dQ staging (bwd v4)
     case 68: return run<68>(p, ws, stream);  // 4 + WriterTiming: V4 with the writer's clock64 counters
     case 132: return run<132>(p, ws, stream);  // 4 + DetRingWriter: V4 with its deterministic writer
-    case 788: return run<788>(p, ws, stream);  // 20 + StsmPds + UniformWarpgroup (V51's two changes; the library's since session 5)
+    case 788: return run<788>(p, ws, stream);  // 20 + StsmPds + UniformWarpgroup (V51's two changes; the library's in session 5)
     case 1024: return run<1024>(p, ws, stream);  // V0 + RedV4 (16-byte dQ atomics in fragment order; measurement)
     case 1808: return run<1808>(p, ws, stream);  // V788's schedule with RedV4 instead of DqInRing + writer warp
-    case 4096: return run<4096>(p, ws, stream);  // 64 x 80 blocks, transposed dK/dV/dQ products, RedV4 (bwd_kv80.cuh)
+    case 4096: return run<4096>(p, ws, stream);  // 64 x 80 blocks, transposed dK/dV/dQ products, RedV4 (bwd_kv80.cuh; the library's since session 6)
     default: return "hd256 has no variant " + std::to_string(variant) + " (no DqViaTma: shared memory)";
   }
 }
