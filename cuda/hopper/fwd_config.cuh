@@ -141,7 +141,10 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //   hd64:  13 = 12 + TrimFirst (both masks)   hd128: 14 = 0 + TrimFirst   hd256: 5 = 0 + TrimFirst
 //          (hd128 / hd256: without a mask only; causal as 0)
 //   fwd v8 (session 6; the short tiles' transition between tiles of the persistent kernel):
-//   hd64:  14 = 12 + 3 K/V stages   15 = 12 + 2 Q buffers   16 = 12 + both
+//   hd64:  14 = 12 + 3 K/V stages   15 = 12 + 2 Q buffers   16 = 12 + both (all three measured
+//          equal to V12 at 2k-8k: the Q / K latency at a tile change is not what short tiles lose)
+//          17 = 2 WG 128x128 + Persist (V1's tile: 94% useful work at 2k causal vs 84.5%)
+//          18 = 12 with 64-key blocks (4 K/V stages; 97% useful at 2k causal, per-block softmax halved)
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
@@ -156,7 +159,7 @@ constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 14 : 
 // seq_k <= kFwdShortSeqK, else fwd_default_variant(head_dim); both are built for bf16 and fp16.
 constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 12 : -1; }
 constexpr long long kFwdShortSeqK = 4096;
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 15 : 6; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 19 : head_dim == 128 ? 15 : 6; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -166,16 +169,17 @@ struct FwdConfig;
 // O is only 32 registers per thread, so 160 per consumer is enough.
 template <bool Causal, int V>
 struct FwdConfig<64, Causal, V>
-    : FwdTile</*HeadDim=*/64, /*ConsumerWarpgroups=*/V == 1 ? 2 : 3, /*BlockN=*/128,
-              /*KvStages=*/V == 14 || V == 16 ? 3 : 2,
-              /*QkStages=*/1, /*ProducerRegs=*/V == 1 ? 24 : 32, /*ConsumerRegs=*/V == 1 ? 240 : 160,
+    : FwdTile</*HeadDim=*/64, /*ConsumerWarpgroups=*/V == 1 || V == 17 ? 2 : 3, /*BlockN=*/V == 18 ? 64 : 128,
+              /*KvStages=*/V == 14 || V == 16 ? 3 : V == 18 ? 4 : 2,
+              /*QkStages=*/1, /*ProducerRegs=*/V == 1 || V == 17 ? 24 : 32,
+              /*ConsumerRegs=*/V == 1 || V == 17 ? 240 : 160,
               /*WgSkip=*/V == 2 || V == 3 || V == 7, /*Lpt=*/V == 2 || V == 4 || V == 7,
               /*KWaitFirst=*/V == 2 || V == 3 || V == 5 || V == 7,
               /*Persist=*/((V == 6 || V == 7) && !Causal) || V == 12 || V == 13 || V >= 14,
               /*OInQ=*/false, /*CondRescale=*/V == 8 || V == 10 || V == 11,
               /*Exp2EmuEighths=*/V == 9 || V == 10 ? 2 : V == 11 ? 1 : 0, /*TrimFirst=*/V == 13,
               /*QStages=*/V == 15 || V == 16 ? 2 : 1> {
-  static_assert(V >= 0 && V <= 16, "hd64 variants are 0..16");
+  static_assert(V >= 0 && V <= 18, "hd64 variants are 0..18");
 };
 
 // hd128: FA3's tiles, 128x128 causal and a longer 128x176 K tile without the mask.
