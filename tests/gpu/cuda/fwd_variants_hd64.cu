@@ -20,7 +20,7 @@ std::string run(const FwdProblem& p, cudaStream_t stream) {
 }  // namespace
 
 std::string launch_fwd_hd64_variant(const FwdProblem& p, cudaStream_t stream, int variant) {
-  static_assert(fwd_variant_count(64) == 19, "keep this switch in step with fwd_config.cuh");
+  static_assert(fwd_variant_count(64) == 14, "keep this switch in step with fwd_config.cuh");
   switch (variant) {
     case 0: return run<0>(p, stream);
     case 1: return run<1>(p, stream);
@@ -36,11 +36,6 @@ std::string launch_fwd_hd64_variant(const FwdProblem& p, cudaStream_t stream, in
     case 11: return run<11>(p, stream);
     case 12: return run<12>(p, stream);
     case 13: return run<13>(p, stream);
-    case 14: return run<14>(p, stream);  // 12 + 3 K/V stages (fwd v8)
-    case 15: return run<15>(p, stream);  // 12 + 2 Q buffers (fwd v8)
-    case 16: return run<16>(p, stream);  // 12 + both (fwd v8)
-    case 17: return run<17>(p, stream);  // 2 WG 128x128 + Persist (fwd v8)
-    case 18: return run<18>(p, stream);  // 12 with 64-key blocks (fwd v8)
     default: return "hd64 has no forward variant " + std::to_string(variant);
   }
 }
