@@ -150,7 +150,8 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //          (hd128 / hd256: without a mask only; causal as 0)
 //   fwd v8 (session 6, measured and dropped: NOTES.md): hd64 V12 + 3 K/V stages, + 2 Q buffers,
 //          2 WG 128x128 persistent, 64-key blocks (the numbers 14-18 then; commit d4d636d)
-//   fwd v9 (session 6): hd64 14 = 12 + 2 Q buffers + OverlapTiles
+//   fwd v9 (session 6): hd64 14 = 12 + 2 Q buffers + OverlapTiles (correct; -3% without a mask, causal
+//          -1.4% at 2k, +1.4-2.4% at 4k-8k: harness-only, NOTES.md)
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
