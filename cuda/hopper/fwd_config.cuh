@@ -27,8 +27,7 @@ namespace fa4::hopper {
 template <int HeadDim, int ConsumerWarpgroups, int BlockN, int KvStages, int QkStages,
           int ProducerRegs, int ConsumerRegs, bool WgSkip = false, bool Lpt = false,
           bool KWaitFirst = WgSkip, bool Persist = false, bool OInQ = false,
-          bool CondRescale = false, int Exp2EmuEighths = 0, bool TrimFirst = false, int QStages = 1,
-          int OverlapTiles = 0>
+          bool CondRescale = false, int Exp2EmuEighths = 0, bool TrimFirst = false>
 struct FwdTile {
   // Rows of Q per consumer warpgroup: one wgmma m64 row block.
   static constexpr int rows_per_warpgroup() { return 64; }
@@ -53,17 +52,6 @@ struct FwdTile {
   // accumulator registers are a prefix of the full N's) and its PV with fewer k-steps. The other
   // columns are masked to -inf as before, so the result is the same.
   static constexpr bool trim_first() { return TrimFirst; }
-  // QStages (fwd v8, persistent kernel only): Q buffers. With 2 the producer loads the next tile's
-  // Q while this tile runs (as soon as the tile before released its buffer), not only once this
-  // tile's last S retired: a short tile's Q load latency is no longer exposed at the transition.
-  static constexpr int q_stages() { return QStages; }
-  // OverlapTiles (fwd v9, persistent kernel, with 2 Q buffers): a warpgroup issues the next tile's
-  // first S = Q K^T together with this tile's last PV, then normalises and stores this tile's O
-  // while that S runs, instead of starting the next tile's serial S -> softmax chain only after its
-  // epilogue.
-  // 1: the tile's last PV issued outside the token ring (as without OverlapTiles), the next tile's
-  // first S in its own turn, the epilogue under both; 2: the PV and the S in one turn.
-  static constexpr int overlap_tiles() { return OverlapTiles; }
   // One producer warpgroup (a single warp issues TMA; the rest only give registers back).
   static constexpr int threads() { return 128 * (1 + ConsumerWarpgroups); }
   // TMA boxes and 128B-swizzle atoms are 64 two-byte columns wide.
@@ -75,15 +63,14 @@ struct FwdTile {
   static constexpr uint32_t chunk_bytes_q() { return uint32_t(block_m()) * 128; }
   static constexpr uint32_t chunk_bytes_kv() { return uint32_t(BlockN) * 128; }
   static constexpr uint32_t q_offset() { return 0; }
-  static constexpr uint32_t k_offset() { return QStages * q_bytes(); }
+  static constexpr uint32_t k_offset() { return q_bytes(); }
   static constexpr uint32_t v_offset() { return k_offset() + KvStages * kv_tile_bytes(); }
   // Persist: O's staging buffer (laid out like Q), then one more barrier (Q-empty).
   static constexpr uint32_t o_offset() { return v_offset() + KvStages * kv_tile_bytes(); }
   static constexpr uint32_t o_bytes() { return Persist && !OInQ ? q_bytes() : 0; }
   static constexpr uint32_t barrier_offset() { return o_offset() + o_bytes(); }
-  // q_full[QStages], the K and V rings' barriers, then (Persist) q_empty[QStages].
   static constexpr uint32_t barrier_bytes() {
-    return 8 * (QStages + KvStages * (QkStages + 1) + 2 * KvStages + (Persist ? QStages : 0));
+    return 8 * (1 + KvStages * (QkStages + 1) + 2 * KvStages + (Persist ? 1 : 0));
   }
   // +1024: the dynamic smem base is only 16-byte aligned, swizzle atoms need 1024.
   static constexpr uint32_t smem_bytes() { return barrier_offset() + barrier_bytes() + 1024; }
@@ -97,9 +84,6 @@ struct FwdTile {
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
   static_assert(KWaitFirst || !WgSkip, "WgSkip needs KWaitFirst (C7520: serialized wgmma otherwise)");
   static_assert(Persist || !OInQ, "OInQ is a layout of the persistent kernel");
-  static_assert(QStages == 1 || (QStages == 2 && Persist && !OInQ), "two Q buffers: the persistent kernel with an O buffer");
-  static_assert(!OverlapTiles || (QStages == 2 && !TrimFirst && !WgSkip),
-                "OverlapTiles: two Q buffers (the next Q must be there), no TrimFirst / WgSkip first block");
   static_assert(Exp2EmuEighths >= 0 && Exp2EmuEighths <= 8, "emulated exp2 fraction in eighths");
 };
 
@@ -150,11 +134,6 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //   fwd v7 (TrimFirst: the first, partial key block multiplied over its visible columns only):
 //   hd64:  13 = 12 + TrimFirst (both masks)   hd128: 14 = 0 + TrimFirst   hd256: 5 = 0 + TrimFirst
 //          (hd128 / hd256: without a mask only; causal as 0)
-//   fwd v8 (session 6, measured and dropped: NOTES.md): hd64 V12 + 3 K/V stages, + 2 Q buffers,
-//          2 WG 128x128 persistent, 64-key blocks (the numbers 14-18 then; commit d4d636d)
-//   fwd v9 (session 6): hd64 14 = 12 + 2 Q buffers + OverlapTiles 1 (last PV outside the token turn)
-//          15 = 12 + 2 Q buffers + OverlapTiles 2 (PV and next S in one turn; call 7: -3% without a
-//          mask, causal -1.4% at 2k, +1.4-2.4% at 4k-8k)
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
@@ -169,7 +148,7 @@ constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 14 : 
 // seq_k <= kFwdShortSeqK, else fwd_default_variant(head_dim); both are built for bf16 and fp16.
 constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 12 : -1; }
 constexpr long long kFwdShortSeqK = 4096;
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 16 : head_dim == 128 ? 15 : 6; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 14 : head_dim == 128 ? 15 : 6; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -183,11 +162,10 @@ struct FwdConfig<64, Causal, V>
               /*QkStages=*/1, /*ProducerRegs=*/V == 1 ? 24 : 32, /*ConsumerRegs=*/V == 1 ? 240 : 160,
               /*WgSkip=*/V == 2 || V == 3 || V == 7, /*Lpt=*/V == 2 || V == 4 || V == 7,
               /*KWaitFirst=*/V == 2 || V == 3 || V == 5 || V == 7,
-              /*Persist=*/((V == 6 || V == 7) && !Causal) || V == 12 || V == 13 || V == 14 || V == 15,
+              /*Persist=*/((V == 6 || V == 7) && !Causal) || V == 12 || V == 13,
               /*OInQ=*/false, /*CondRescale=*/V == 8 || V == 10 || V == 11,
-              /*Exp2EmuEighths=*/V == 9 || V == 10 ? 2 : V == 11 ? 1 : 0, /*TrimFirst=*/V == 13,
-              /*QStages=*/V == 14 || V == 15 ? 2 : 1, /*OverlapTiles=*/V == 14 ? 1 : V == 15 ? 2 : 0> {
-  static_assert(V >= 0 && V <= 15, "hd64 variants are 0..15");
+              /*Exp2EmuEighths=*/V == 9 || V == 10 ? 2 : V == 11 ? 1 : 0, /*TrimFirst=*/V == 13> {
+  static_assert(V >= 0 && V <= 13, "hd64 variants are 0..13");
 };
 
 // hd128: FA3's tiles, 128x128 causal and a longer 128x176 K tile without the mask.

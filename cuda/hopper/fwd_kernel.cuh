@@ -470,13 +470,6 @@ __device__ __forceinline__ bool persistent_tile(int r, int num_tiles, const FwdA
 // OInQ: sO is the Q buffer (a warpgroup overwrites only its own 64 Q rows, after its last wgmma
 // retired); the q_empty arrival moves from the last S to after the warpgroup's O store has read
 // those rows, so only K/V (not Q) of the next tile load during the epilogue.
-// Q buffer b's parity in a mask with one bit per buffer (one buffer: the mask is its bit, which
-// keeps the single-buffer kernels' code as it was before the second buffer existed).
-template <class Cfg>
-__device__ __forceinline__ uint32_t q_parity(uint32_t bits, int b) {
-  return Cfg::q_stages() == 1 ? bits : (bits >> b) & 1u;
-}
-
 template <class T, class Cfg, bool Causal>
 __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint8_t* sO, uint64_t* q_full, uint64_t* q_empty,
                                                         uint8_t* sK, uint8_t* sV,
@@ -495,12 +488,11 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
   const uint32_t sched_next = kBarSched + (c + 1) % W;
   constexpr uint32_t kSchedThreads = 256;
   const AttentionMask<Causal> mask{args.seq_q, args.seq_k};
-  const uint8_t* q_rows = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk of buffer 0
+  const uint8_t* q_tile = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk
 
   TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
   TmaConsumerPipeline<T, Cfg, false> v(v_bars, sV);
-  uint32_t q_phase = 0;  // bit b: the parity of Q buffer b's next q_full phase
-  int q_slot = 0;        // the Q buffer of the next tile that has keys (they take turns)
+  uint32_t q_phase = 0;
 
   if (c == W - 1) named_barrier_arrive(kBarSched, kSchedThreads);
 
@@ -526,15 +518,12 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     // arrives on q_empty right after its q_full wait (it never reads Q; that wait keeps it from
     // arriving for the next tile before this tile's phase completed).
     const int n_mine = Cfg::wg_skip() && m0 + c * 64 >= args.seq_q ? 0 : n_blocks;
-    const int slot = q_slot;
-    const uint8_t* q_tile = q_rows + slot * Cfg::q_bytes();
     if (n_blocks > 0) {
-      mbarrier_wait(q_full + slot, q_parity<Cfg>(q_phase, slot));
-      q_phase ^= 1u << slot;
-      q_slot = (slot + 1) % Cfg::q_stages();
+      mbarrier_wait(q_full, q_phase);
+      q_phase ^= 1;
     }
     if (Cfg::wg_skip() && n_mine == 0 && n_blocks > 0) {
-      if (!Cfg::o_in_q() && elected) mbarrier_arrive(q_empty + slot);
+      if (!Cfg::o_in_q() && elected) mbarrier_arrive(q_empty);
       for (int n = n_blocks - 1; n >= 0; --n) {
         named_barrier_sync(sched_mine, kSchedThreads);
         named_barrier_arrive(sched_next, kSchedThreads);
@@ -567,7 +556,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
           fence_regs(sf);
           k.release(elected);
           k.advance();
-          if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty + slot);  // last read of Q retired
+          if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);  // last read of Q retired
           if (mask.block_needs_mask(n, m0, N)) mask.apply(sf, n * N, row0, lane);
           softmax.update(sf, args.scale_log2, o_scale);
 #pragma unroll
@@ -580,7 +569,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
         fence_regs(s);
         k.release(elected);
         k.advance();
-        if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty + slot);  // last read of Q retired
+        if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);  // last read of Q retired
         if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
         softmax.update(s, args.scale_log2, o_scale);
 #pragma unroll
@@ -596,7 +585,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
         fence_regs(s);
         k.release(elected);
         k.advance();
-        if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty + slot);
+        if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);
         if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
         const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
         wgmma_wait<0>();
@@ -639,7 +628,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
       // all 128 threads are behind the epilogue barrier and fence.proxy.async above).
       if (elected && n_blocks > 0) {
         tma_store_wait_read_all();
-        mbarrier_arrive(q_empty + slot);
+        mbarrier_arrive(q_empty);
       }
     }
     if ((lane & 3) == 0) {
@@ -648,178 +637,6 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
         const int row = row0 + 8 * i;
         if (row < args.seq_q) args.lse[(int64_t(batch) * args.heads_q + head) * args.seq_q + row] = lse[i];
       }
-    }
-  }
-  if (elected) tma_store_wait_read_all();  // shared memory must outlive the stores' reads
-  if (c == 0) named_barrier_sync(kBarSched, kSchedThreads);
-}
-
-// OverlapTiles (fwd v9): fwd_consumer_persistent's schedule (no TrimFirst / WgSkip, two Q
-// buffers) with the change of tile overlapped. At the end of tile t a warpgroup, in its token turn,
-// issues t's last PV and then the next tile's first S = Q K^T (its Q was loaded a tile ahead into
-// the other buffer), normalises and stores t's O while that S runs, and goes into tile t + 1 with
-// its first block's softmax done. Without it the next tile's serial S -> softmax chain starts only
-// after the epilogue, and the other warpgroups' MMAs cannot fill the gap (they wait on the same
-// token ring). A next tile with no keys (causal, seq_q > seq_k) takes the plain path.
-template <class T, class Cfg, bool Causal>
-__device__ __forceinline__ void fwd_consumer_overlap(int c, uint8_t* sQ, uint8_t* sO, uint64_t* q_full, uint64_t* q_empty,
-                                                     uint8_t* sK, uint8_t* sV,
-                                                     typename TmaConsumerPipeline<T, Cfg, true>::Staged::Barriers* k_bars,
-                                                     typename TmaConsumerPipeline<T, Cfg, false>::Staged::Barriers* v_bars,
-                                                     const CUtensorMap* tm_o, const FwdArgs& args, int num_tiles) {
-  static_assert(Cfg::overlap_tiles() && Cfg::q_stages() == 2 && !Cfg::o_in_q(), "OverlapTiles layout");
-  constexpr int N = Cfg::block_n();
-  constexpr int D = Cfg::head_dim();
-  constexpr int W = Cfg::consumer_warpgroups();
-  const int tid = threadIdx.x % 128;
-  const int warp = tid / 32;
-  const int lane = tid % 32;
-  const bool elected = tid == 0;
-  const int row_in_wg = warp * 16 + lane / 4;  // this thread's first row; its second is +8
-  const uint32_t sched_mine = kBarSched + c;
-  const uint32_t sched_next = kBarSched + (c + 1) % W;
-  constexpr uint32_t kSchedThreads = 256;
-  const AttentionMask<Causal> mask{args.seq_q, args.seq_k};
-  const uint8_t* q_rows = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk of buffer 0
-
-  TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
-  TmaConsumerPipeline<T, Cfg, false> v(v_bars, sV);
-  uint32_t q_phase = 0;  // bit b: the parity of Q buffer b's next q_full phase
-  int q_slot = 0;        // the Q buffer of the next tile that has keys (they take turns)
-
-  if (c == W - 1) named_barrier_arrive(kBarSched, kSchedThreads);
-
-  using Softmax = OnlineSoftmax<N / 2, Cfg::cond_rescale(), Cfg::exp2_emu_eighths()>;
-  Softmax softmax;
-  float o[D / 2];
-  float s[N / 2];
-  uint32_t p[N / 4];
-  float o_scale[2];
-
-  // A tile's first (last-index) block once its S is retired: release K, Q's last read when it is
-  // also the tile's only block, mask, softmax into p.
-  auto first_block_softmax = [&](int n_blocks, int slot, int m0, int row0) {
-    fence_regs(s);
-    k.release(elected);
-    k.advance();
-    if (n_blocks == 1 && elected) mbarrier_arrive(q_empty + slot);
-    const int n = n_blocks - 1;
-    if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
-    softmax.update(s, args.scale_log2, o_scale);
-#pragma unroll
-    for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
-  };
-  // The tile's O (normalised) and LSE out; O through sO once the previous store has read it.
-  auto store_tile = [&](int m0, int head, int batch, int row0) {
-    float lse[2];
-    softmax.finalize(args.softmax_scale, o_scale, lse);
-    if (elected) tma_store_wait_read_all();
-    named_barrier_sync(kBarEpilogue + c, 128);
-    stage_o_tile<T, Cfg>(sO, o, o_scale, c * 64 + row_in_wg, lane);
-    fence_proxy_async_smem();
-    named_barrier_sync(kBarEpilogue + c, 128);
-    if (elected && m0 + c * 64 < args.seq_q) {
-#pragma unroll
-      for (int chunk = 0; chunk < Cfg::chunks(); ++chunk) {
-        tma_store_4d(tm_o, sO + chunk * Cfg::chunk_bytes_q() + c * 64 * 128, chunk * 64, m0 + c * 64, head, batch);
-      }
-      tma_store_commit();
-    }
-    if ((lane & 3) == 0) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int row = row0 + 8 * i;
-        if (row < args.seq_q) args.lse[(int64_t(batch) * args.heads_q + head) * args.seq_q + row] = lse[i];
-      }
-    }
-  };
-  auto reset_tile = [&] {
-    softmax = Softmax{};
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-  };
-
-  bool started = false;  // this tile's first block was issued and soft-maxed by the previous tile's tail
-  int slot = 0;          // this tile's Q buffer
-  FwdTileCoord tc;
-  for (int r = 0; persistent_tile<Causal>(r, num_tiles, args, tc); ++r) {
-    const int m0 = tc.m_block * Cfg::block_m();
-    const int row0 = m0 + c * 64 + row_in_wg;
-    const int n_blocks = mask.n_blocks(m0, Cfg::block_m(), Cfg::block_n());
-    if (!started) {
-      reset_tile();
-      if (n_blocks > 0) {
-        slot = q_slot;
-        mbarrier_wait(q_full + slot, q_parity<Cfg>(q_phase, slot));
-        q_phase ^= 1u << slot;
-        q_slot ^= 1;
-        named_barrier_sync(sched_mine, kSchedThreads);
-        issue_qk<T, Cfg>(s, q_rows + slot * Cfg::q_bytes(), k);
-        named_barrier_arrive(sched_next, kSchedThreads);
-        wgmma_wait<0>();
-        first_block_softmax(n_blocks, slot, m0, row0);
-      }
-    }
-    started = false;
-    const uint8_t* q_tile = q_rows + slot * Cfg::q_bytes();
-
-    for (int n = n_blocks - 2; n >= 0; --n) {
-      named_barrier_sync(sched_mine, kSchedThreads);
-      issue_qk<T, Cfg>(s, q_tile, k);
-      issue_pv<T, Cfg>(o, p, v);
-      named_barrier_arrive(sched_next, kSchedThreads);
-      wgmma_wait<1>();  // S done (groups retire in order), PV may still run
-      fence_regs(s);
-      k.release(elected);
-      k.advance();
-      if (n == 0 && elected) mbarrier_arrive(q_empty + slot);
-      if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
-      const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
-      wgmma_wait<0>();
-      fence_regs(o);
-      fence_regs(p);
-      v.release(elected);
-      v.advance();
-      rescale_o<Cfg>(o, o_scale, rescaled);
-#pragma unroll
-      for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
-    }
-
-    FwdTileCoord tn;
-    const bool has_next = n_blocks > 0 && persistent_tile<Causal>(r + 1, num_tiles, args, tn);
-    const int m0_next = has_next ? tn.m_block * Cfg::block_m() : 0;
-    const int n_next = has_next ? mask.n_blocks(m0_next, Cfg::block_m(), Cfg::block_n()) : 0;
-    if (n_next > 0) {
-      const int slot_next = q_slot;
-      mbarrier_wait(q_full + slot_next, q_parity<Cfg>(q_phase, slot_next));
-      q_phase ^= 1u << slot_next;
-      q_slot ^= 1;
-      if constexpr (Cfg::overlap_tiles() == 1) issue_pv<T, Cfg>(o, p, v);  // this tile's last PV ...
-      named_barrier_sync(sched_mine, kSchedThreads);
-      if constexpr (Cfg::overlap_tiles() == 2) issue_pv<T, Cfg>(o, p, v);
-      issue_qk<T, Cfg>(s, q_rows + slot_next * Cfg::q_bytes(), k);      // ... and the next one's first S
-      named_barrier_arrive(sched_next, kSchedThreads);
-      wgmma_wait<1>();  // the PV retired; the next S may still run
-      fence_regs(o);
-      fence_regs(p);
-      v.release(elected);
-      v.advance();
-      store_tile(m0, tc.head, tc.batch, row0);
-      reset_tile();
-      wgmma_wait<0>();
-      first_block_softmax(n_next, slot_next, m0_next, m0_next + c * 64 + row_in_wg);
-      slot = slot_next;
-      started = true;
-    } else {
-      if (n_blocks > 0) {
-        issue_pv<T, Cfg>(o, p, v);
-        wgmma_wait<0>();
-        fence_regs(o);
-        fence_regs(p);
-        v.release(elected);
-        v.advance();
-      }
-      store_tile(m0, tc.head, tc.batch, row0);
     }
   }
   if (elected) tma_store_wait_read_all();  // shared memory must outlive the stores' reads
@@ -844,7 +661,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   uint8_t* sV = smem + Cfg::v_offset();
   uint8_t* sO = Cfg::o_in_q() ? sQ : smem + Cfg::o_offset();
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
-  auto* k_bars = reinterpret_cast<typename KCons::Staged::Barriers*>(q_full + Cfg::q_stages());
+  auto* k_bars = reinterpret_cast<typename KCons::Staged::Barriers*>(q_full + 1);
   auto* v_bars = reinterpret_cast<typename VCons::Staged::Barriers*>(k_bars + 1);
   uint64_t* q_empty = reinterpret_cast<uint64_t*>(v_bars + 1);
   const AttentionMask<Causal> mask{args.seq_q, args.seq_k};
@@ -856,11 +673,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     tma_prefetch_map(&tm_k);
     tma_prefetch_map(&tm_v);
     tma_prefetch_map(&tm_o);
-#pragma unroll
-    for (int b = 0; b < Cfg::q_stages(); ++b) {
-      mbarrier_init(q_full + b, 1);
-      mbarrier_init(q_empty + b, Cfg::consumer_warpgroups());
-    }
+    mbarrier_init(q_full, 1);
+    mbarrier_init(q_empty, Cfg::consumer_warpgroups());
     KCons::Staged::init(k_bars, Cfg::consumer_warpgroups());
     VCons::Staged::init(v_bars, Cfg::consumer_warpgroups());
     fence_mbarrier_init();
@@ -873,21 +687,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
       constexpr int N = Cfg::block_n();
       TmaProducerPipeline<T, Cfg, true> k(k_bars, sK);
       TmaProducerPipeline<T, Cfg, false> v(v_bars, sV);
-      uint32_t q_phase = 0;  // bit b: Q buffer b's q_empty phases waited for so far, mod 2
-      // Q of tile t into buffer `slot` once the tile that used that buffer last released it (a fresh
-      // barrier passes parity 1 at once, as the rings' empty barriers).
-      auto load_q = [&](int slot, int q_m0, int q_head, int q_batch) {
-        mbarrier_wait(q_empty + slot, q_parity<Cfg>(q_phase, slot) ^ 1);
-        q_phase ^= 1u << slot;
-        mbarrier_arrive_expect_tx(q_full + slot, Cfg::q_bytes());
-#pragma unroll
-        for (int c = 0; c < Cfg::chunks(); ++c) {
-          tma_load_4d(sQ + slot * Cfg::q_bytes() + c * Cfg::chunk_bytes_q(), &tm_q, q_full + slot, c * 64, q_m0,
-                      q_head, q_batch);
-        }
-      };
-      int q_slot = 0;          // this tile's Q buffer (the tiles with keys take turns)
-      bool q_loaded = false;   // two buffers: this tile's Q was loaded during the previous tile
+      uint32_t q_phase = 0;
       FwdTileCoord tc;
       for (int r = 0; persistent_tile<Causal>(r, num_tiles, args, tc); ++r) {
         const int m0 = tc.m_block * Cfg::block_m();
@@ -899,24 +699,14 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
         int n = n_blocks - 1;
         // The first K may land while the consumers still read the previous tile's Q ...
         k.load(&tm_k, n * N, kv_head, batch);
-        if constexpr (Cfg::q_stages() == 1) {
-          // ... this Q only once every consumer warpgroup's last S of the previous tile retired.
-          load_q(0, m0, head, batch);
-        } else {
-          // ... this Q is already loading (except the first tile's); the next tile's goes into the
-          // other buffer once the tile before this one released it: a whole tile ahead.
-          if (!q_loaded) load_q(q_slot, m0, head, batch);
-          q_loaded = false;
-          FwdTileCoord tn;
-          for (int rn = r + 1; persistent_tile<Causal>(rn, num_tiles, args, tn); ++rn) {
-            const int tn_m0 = tn.m_block * Cfg::block_m();
-            if (mask.n_blocks(tn_m0, Cfg::block_m(), Cfg::block_n()) > 0) {
-              load_q(q_slot ^ 1, tn_m0, tn.head, tn.batch);
-              q_loaded = true;
-              break;
-            }
-          }
-          q_slot ^= 1;
+        // ... Q only once every consumer warpgroup's last S of the previous tile retired (a fresh
+        // barrier passes parity 1 at once, as the rings' empty barriers).
+        mbarrier_wait(q_empty, q_phase ^ 1);
+        q_phase ^= 1;
+        mbarrier_arrive_expect_tx(q_full, Cfg::q_bytes());
+#pragma unroll
+        for (int c = 0; c < Cfg::chunks(); ++c) {
+          tma_load_4d(sQ + c * Cfg::chunk_bytes_q(), &tm_q, q_full, c * 64, m0, head, batch);
         }
         for (; n > 0; --n) {
           k.load(&tm_k, (n - 1) * N, kv_head, batch);
@@ -927,13 +717,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
-    if constexpr (Cfg::overlap_tiles()) {
-      fwd_consumer_overlap<T, Cfg, Causal>(wg - 1, sQ, sO, q_full, q_empty, sK, sV, k_bars, v_bars, &tm_o, args,
-                                           num_tiles);
-    } else {
-      fwd_consumer_persistent<T, Cfg, Causal>(wg - 1, sQ, sO, q_full, q_empty, sK, sV, k_bars, v_bars, &tm_o, args,
-                                              num_tiles);
-    }
+    fwd_consumer_persistent<T, Cfg, Causal>(wg - 1, sQ, sO, q_full, q_empty, sK, sV, k_bars, v_bars, &tm_o, args,
+                                            num_tiles);
   }
 }
 
