@@ -26,6 +26,7 @@ std::string launch_bwd_hd128_variant(const BwdProblem& p, const BwdWorkspace& ws
     case 19: return run<19>(p, ws, stream);  // 3 + StsmPds: P^T / dS^T stored by stmatrix
     case 35: return run<35>(p, ws, stream);  // 3 + UniformWarpgroup: warpgroup index via __shfl_sync
     case 51: return run<51>(p, ws, stream);  // 19 + UniformWarpgroup
+    case 59: return run<59>(p, ws, stream);  // 51 + Persistent (session 6 measurement)
     case 1073: return run<1073>(p, ws, stream);  // 51 - DqViaTma + RedV4: 16-byte dQ atomics (measurement)
     default: return "hd128 has no variant " + std::to_string(variant);
   }
