@@ -49,7 +49,7 @@ static bool variant_built(int d, bool bf16, int v) {
   if (v == fa4::hopper::bwd_default_variant(d)) return true;
   if (!bf16) return false;
   return d == 256 ? (v == 0 || v == 1 || v == 4 || v == 12 || v == 20 || v == 52 || v == 68 || v == 132 || v == 788 || v == 1024 || v == 1808 || v == 4096)
-                  : ((v >= 0 && v <= 3) || v == 11 || v == 19 || v == 35 || v == 51 || (d == 128 && v == 1073));
+                  : ((v >= 0 && v <= 3) || v == 11 || v == 19 || v == 35 || v == 51 || (d == 128 && (v == 59 || v == 1073)));
 }
 // Launch options (fa4::hopper::BwdLaunchOptions, cuda/hopper/bwd_launch.h) as a bit mask: 1 =
 // fused_prepost (dq_accum zeroed in the preprocess, grid-indexed pre/postprocess), 2 = pdl
