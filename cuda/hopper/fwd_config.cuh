@@ -27,7 +27,7 @@ namespace fa4::hopper {
 template <int HeadDim, int ConsumerWarpgroups, int BlockN, int KvStages, int QkStages,
           int ProducerRegs, int ConsumerRegs, bool WgSkip = false, bool Lpt = false,
           bool KWaitFirst = WgSkip, bool Persist = false, bool OInQ = false,
-          bool CondRescale = false, int Exp2EmuEighths = 0, bool TrimFirst = false>
+          bool CondRescale = false, int Exp2EmuEighths = 0, bool TrimFirst = false, bool PhaseClocks = false>
 struct FwdTile {
   // Rows of Q per consumer warpgroup: one wgmma m64 row block.
   static constexpr int rows_per_warpgroup() { return 64; }
@@ -52,6 +52,9 @@ struct FwdTile {
   // accumulator registers are a prefix of the full N's) and its PV with fewer k-steps. The other
   // columns are masked to -inf as before, so the result is the same.
   static constexpr bool trim_first() { return TrimFirst; }
+  // PhaseClocks (harness-only instrumentation, fwd_phase_clock.cuh): the persistent consumer sums
+  // its cycles per phase (issue-turn wait, issue, S wait, softmax, PV wait, epilogue, Q wait).
+  static constexpr bool phase_clocks() { return PhaseClocks; }
   // One producer warpgroup (a single warp issues TMA; the rest only give registers back).
   static constexpr int threads() { return 128 * (1 + ConsumerWarpgroups); }
   // TMA boxes and 128B-swizzle atoms are 64 two-byte columns wide.
@@ -84,6 +87,7 @@ struct FwdTile {
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
   static_assert(KWaitFirst || !WgSkip, "WgSkip needs KWaitFirst (C7520: serialized wgmma otherwise)");
   static_assert(Persist || !OInQ, "OInQ is a layout of the persistent kernel");
+  static_assert(!PhaseClocks || (Persist && !TrimFirst && !WgSkip), "PhaseClocks instruments the plain persistent consumer");
   static_assert(Exp2EmuEighths >= 0 && Exp2EmuEighths <= 8, "emulated exp2 fraction in eighths");
 };
 
@@ -134,6 +138,9 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //   fwd v7 (TrimFirst: the first, partial key block multiplied over its visible columns only):
 //   hd64:  13 = 12 + TrimFirst (both masks)   hd128: 14 = 0 + TrimFirst   hd256: 5 = 0 + TrimFirst
 //          (hd128 / hd256: without a mask only; causal as 0)
+//   session 6 (fwd v8 / v9, measured and dropped: NOTES.md): V12 + 3 K/V stages, + 2 Q buffers, 2 WG
+//          128x128 persistent, 64-key blocks, the inter-tile overlap (commits d4d636d, 507d8f5)
+//   hd64:  14 = 12 + PhaseClocks (harness instrumentation: where a persistent warpgroup's cycles go)
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
@@ -148,7 +155,7 @@ constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 14 : 
 // seq_k <= kFwdShortSeqK, else fwd_default_variant(head_dim); both are built for bf16 and fp16.
 constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 12 : -1; }
 constexpr long long kFwdShortSeqK = 4096;
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 14 : head_dim == 128 ? 15 : 6; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 15 : head_dim == 128 ? 15 : 6; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -162,10 +169,11 @@ struct FwdConfig<64, Causal, V>
               /*QkStages=*/1, /*ProducerRegs=*/V == 1 ? 24 : 32, /*ConsumerRegs=*/V == 1 ? 240 : 160,
               /*WgSkip=*/V == 2 || V == 3 || V == 7, /*Lpt=*/V == 2 || V == 4 || V == 7,
               /*KWaitFirst=*/V == 2 || V == 3 || V == 5 || V == 7,
-              /*Persist=*/((V == 6 || V == 7) && !Causal) || V == 12 || V == 13,
+              /*Persist=*/((V == 6 || V == 7) && !Causal) || V == 12 || V == 13 || V == 14,
               /*OInQ=*/false, /*CondRescale=*/V == 8 || V == 10 || V == 11,
-              /*Exp2EmuEighths=*/V == 9 || V == 10 ? 2 : V == 11 ? 1 : 0, /*TrimFirst=*/V == 13> {
-  static_assert(V >= 0 && V <= 13, "hd64 variants are 0..13");
+              /*Exp2EmuEighths=*/V == 9 || V == 10 ? 2 : V == 11 ? 1 : 0, /*TrimFirst=*/V == 13,
+              /*PhaseClocks=*/V == 14> {
+  static_assert(V >= 0 && V <= 14, "hd64 variants are 0..14");
 };
 
 // hd128: FA3's tiles, 128x128 causal and a longer 128x176 K tile without the mask.

@@ -23,6 +23,7 @@
 
 #include "hopper/fwd_config.cuh"
 #include "hopper/fwd_launch.h"
+#include "hopper/fwd_phase_clock.cuh"
 #include "hopper/fwd_softmax.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/pipeline.cuh"
@@ -493,8 +494,10 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
   TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
   TmaConsumerPipeline<T, Cfg, false> v(v_bars, sV);
   uint32_t q_phase = 0;
+  PhaseClock<Cfg::phase_clocks()> clk;  // harness instrumentation (fwd_phase_clock.cuh); empty when off
 
   if (c == W - 1) named_barrier_arrive(kBarSched, kSchedThreads);
+  clk.start();
 
   FwdTileCoord tc;
   for (int r = 0; persistent_tile<Causal>(r, num_tiles, args, tc); ++r) {
@@ -522,6 +525,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
       mbarrier_wait(q_full, q_phase);
       q_phase ^= 1;
     }
+    clk.tick(kPhaseWaitQ);
     if (Cfg::wg_skip() && n_mine == 0 && n_blocks > 0) {
       if (!Cfg::o_in_q() && elected) mbarrier_arrive(q_empty);
       for (int n = n_blocks - 1; n >= 0; --n) {
@@ -563,10 +567,13 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
           for (int q = 0; q < N / 4; ++q) p[q] = q < NE / 4 ? pack2<T>(sf[2 * q], sf[2 * q + 1]) : 0u;
         });
       } else {
+        clk.tick(kPhaseSched);
         issue_qk<T, Cfg>(s, q_tile, k);
         named_barrier_arrive(sched_next, kSchedThreads);
+        clk.tick(kPhaseIssue);
         wgmma_wait<0>();
         fence_regs(s);
+        clk.tick(kPhaseWaitS);
         k.release(elected);
         k.advance();
         if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);  // last read of Q retired
@@ -574,33 +581,42 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
         softmax.update(s, args.scale_log2, o_scale);
 #pragma unroll
         for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+        clk.tick(kPhaseSoftmax);
       }
 
       for (--n; n >= 0; --n) {
         named_barrier_sync(sched_mine, kSchedThreads);
+        clk.tick(kPhaseSched);
         issue_qk<T, Cfg>(s, q_tile, k);
         issue_pv<T, Cfg>(o, p, v);
         named_barrier_arrive(sched_next, kSchedThreads);
+        clk.tick(kPhaseIssue);
         wgmma_wait<1>();  // S done (groups retire in order), PV may still run
         fence_regs(s);
+        clk.tick(kPhaseWaitS);
         k.release(elected);
         k.advance();
         if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);
         if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
         const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
+        clk.tick(kPhaseSoftmax);
         wgmma_wait<0>();
         fence_regs(o);
         fence_regs(p);
+        clk.tick(kPhaseWaitPv);
         v.release(elected);
         v.advance();
         rescale_o<Cfg>(o, o_scale, rescaled);
 #pragma unroll
         for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+        clk.tick(kPhaseSoftmax);
       }
       issue_pv<T, Cfg>(o, p, v);
+      clk.tick(kPhaseIssue);
       wgmma_wait<0>();
       fence_regs(o);
       fence_regs(p);
+      clk.tick(kPhaseWaitPv);
       v.release(elected);
       v.advance();
     }
@@ -638,7 +654,10 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
         if (row < args.seq_q) args.lse[(int64_t(batch) * args.heads_q + head) * args.seq_q + row] = lse[i];
       }
     }
+    clk.tick(kPhaseEpilogue);
+    clk.tile_done();
   }
+  clk.flush(elected);
   if (elected) tma_store_wait_read_all();  // shared memory must outlive the stores' reads
   if (c == 0) named_barrier_sync(kBarSched, kSchedThreads);
 }

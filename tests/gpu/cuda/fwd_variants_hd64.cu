@@ -20,7 +20,7 @@ std::string run(const FwdProblem& p, cudaStream_t stream) {
 }  // namespace
 
 std::string launch_fwd_hd64_variant(const FwdProblem& p, cudaStream_t stream, int variant) {
-  static_assert(fwd_variant_count(64) == 14, "keep this switch in step with fwd_config.cuh");
+  static_assert(fwd_variant_count(64) == 15, "keep this switch in step with fwd_config.cuh");
   switch (variant) {
     case 0: return run<0>(p, stream);
     case 1: return run<1>(p, stream);
@@ -36,7 +36,18 @@ std::string launch_fwd_hd64_variant(const FwdProblem& p, cudaStream_t stream, in
     case 11: return run<11>(p, stream);
     case 12: return run<12>(p, stream);
     case 13: return run<13>(p, stream);
+    case 14: return run<14>(p, stream);  // 12 + PhaseClocks (instrumentation)
     default: return "hd64 has no forward variant " + std::to_string(variant);
   }
+}
+
+// Variant 14's phase clocks (g_fwd_phase_clocks of this translation unit): copies the
+// kPhaseCount + 2 sums (fwd_phase_clock.cuh) into out and clears them.
+std::string fwd_hd64_phase_clocks(unsigned long long* out) {
+  constexpr size_t kBytes = (kPhaseCount + 2) * sizeof(unsigned long long);
+  cudaError_t e = cudaMemcpyFromSymbol(out, g_fwd_phase_clocks, kBytes);
+  const unsigned long long zero[kPhaseCount + 2] = {};
+  if (e == cudaSuccess) e = cudaMemcpyToSymbol(g_fwd_phase_clocks, zero, kBytes);
+  return e == cudaSuccess ? std::string() : std::string(cudaGetErrorString(e));
 }
 }  // namespace fa4::hopper
