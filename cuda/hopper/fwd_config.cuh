@@ -52,8 +52,8 @@ struct FwdTile {
   // accumulator registers are a prefix of the full N's) and its PV with fewer k-steps. The other
   // columns are masked to -inf as before, so the result is the same.
   static constexpr bool trim_first() { return TrimFirst; }
-  // PhaseClocks (harness-only instrumentation, fwd_phase_clock.cuh): the persistent consumer sums
-  // its cycles per phase (issue-turn wait, issue, S wait, softmax, PV wait, epilogue, Q wait).
+  // PhaseClocks (harness-only instrumentation, fwd_phase_clock.cuh): the consumer sums its cycles per
+  // phase (issue-turn wait, issue, S wait, softmax, PV wait, epilogue, Q wait).
   static constexpr bool phase_clocks() { return PhaseClocks; }
   // One producer warpgroup (a single warp issues TMA; the rest only give registers back).
   static constexpr int threads() { return 128 * (1 + ConsumerWarpgroups); }
@@ -87,7 +87,7 @@ struct FwdTile {
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
   static_assert(KWaitFirst || !WgSkip, "WgSkip needs KWaitFirst (C7520: serialized wgmma otherwise)");
   static_assert(Persist || !OInQ, "OInQ is a layout of the persistent kernel");
-  static_assert(!PhaseClocks || (Persist && !TrimFirst && !WgSkip), "PhaseClocks instruments the plain persistent consumer");
+  static_assert(!PhaseClocks || (!TrimFirst && !WgSkip), "PhaseClocks instruments the plain consumers (no first-block trim / skip)");
   static_assert(Exp2EmuEighths >= 0 && Exp2EmuEighths <= 8, "emulated exp2 fraction in eighths");
 };
 
@@ -141,6 +141,7 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //   session 6 (fwd v8 / v9, measured and dropped: NOTES.md): V12 + 3 K/V stages, + 2 Q buffers, 2 WG
 //          128x128 persistent, 64-key blocks, the inter-tile overlap (commits d4d636d, 507d8f5)
 //   hd64:  14 = 12 + PhaseClocks (harness instrumentation: where a persistent warpgroup's cycles go)
+//   hd128: 15 = 0 + PhaseClocks (the same for the plain kernel; V14's tile without TrimFirst)
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
@@ -155,7 +156,7 @@ constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 14 : 
 // seq_k <= kFwdShortSeqK, else fwd_default_variant(head_dim); both are built for bf16 and fp16.
 constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 12 : -1; }
 constexpr long long kFwdShortSeqK = 4096;
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 15 : head_dim == 128 ? 15 : 6; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 15 : head_dim == 128 ? 16 : 6; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -185,8 +186,9 @@ struct FwdConfig<128, Causal, V>
               /*KWaitFirst=*/V == 4 || V == 5,
               /*Persist=*/((V == 6 || V == 7 || V == 8) && !Causal) || V == 13,
               /*OInQ=*/(V == 7 || V == 13) && !Causal, /*CondRescale=*/V == 9 || V == 11 || V == 12,
-              /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0, /*TrimFirst=*/V == 14 && !Causal> {
-  static_assert(V >= 0 && V <= 14, "hd128 variants are 0..14");
+              /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0, /*TrimFirst=*/V == 14 && !Causal,
+              /*PhaseClocks=*/V == 15> {
+  static_assert(V >= 0 && V <= 15, "hd128 variants are 0..15");
 };
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).

@@ -225,6 +225,9 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
   uint32_t p[N / 4];
   float o_scale[2];
 
+  PhaseClock<Cfg::phase_clocks()> clk;  // harness instrumentation (fwd_phase_clock.cuh); empty when off
+  clk.start();
+
   // The last warpgroup hands the first issue token to warpgroup 0.
   if (c == W - 1) named_barrier_arrive(kBarSched, kSchedThreads);
 
@@ -244,6 +247,7 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
     // Also on the skip-everything path: the epilogue writes O over this warpgroup's Q rows.
     mbarrier_wait(q_full, 0);
   }
+  clk.tick(kPhaseWaitQ);
   if constexpr (kSkip) {
     // Skipped blocks: the same token hand-over and stage releases as a computed block (the
     // issue-token ring stays in step), no MMA. Iteration n of the main loop releases K(n) and
@@ -294,42 +298,54 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
         for (int q = 0; q < N / 4; ++q) p[q] = q < NE / 4 ? pack2<T>(sf[2 * q], sf[2 * q + 1]) : 0u;
       });
     } else {
+      clk.tick(kPhaseSched);
       issue_qk<T, Cfg>(s, q_tile, k);
       named_barrier_arrive(sched_next, kSchedThreads);
+      clk.tick(kPhaseIssue);
       wgmma_wait<0>();
       fence_regs(s);
+      clk.tick(kPhaseWaitS);
       k.release(elected);
       k.advance();
       if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
       softmax.update(s, args.scale_log2, o_scale);
 #pragma unroll
       for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+      clk.tick(kPhaseSoftmax);
     }
 
     for (--n; n >= 0; --n) {
       named_barrier_sync(sched_mine, kSchedThreads);
+      clk.tick(kPhaseSched);
       issue_qk<T, Cfg>(s, q_tile, k);  // S for block n ...
       issue_pv<T, Cfg>(o, p, v);       // ... while O takes block n+1
       named_barrier_arrive(sched_next, kSchedThreads);
+      clk.tick(kPhaseIssue);
       wgmma_wait<1>();  // S done (groups retire in order), PV may still run
       fence_regs(s);
+      clk.tick(kPhaseWaitS);
       k.release(elected);
       k.advance();
       if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
       const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
+      clk.tick(kPhaseSoftmax);
       wgmma_wait<0>();
       fence_regs(o);
       fence_regs(p);  // the RS wgmma read p asynchronously: keep its registers until here
+      clk.tick(kPhaseWaitPv);
       v.release(elected);
       v.advance();
       rescale_o<Cfg>(o, o_scale, rescaled);
 #pragma unroll
       for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+      clk.tick(kPhaseSoftmax);
     }
     issue_pv<T, Cfg>(o, p, v);
+    clk.tick(kPhaseIssue);
     wgmma_wait<0>();
     fence_regs(o);
     fence_regs(p);
+    clk.tick(kPhaseWaitPv);
     v.release(elected);
     v.advance();
   }
@@ -356,6 +372,9 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
     }
   }
   if (elected) tma_store_wait_read_all();  // shared memory must outlive the store's reads
+  clk.tick(kPhaseEpilogue);
+  clk.tile_done();
+  clk.flush(elected);
   // Balance the token handed over at the start so no barrier is left half-arrived.
   if (c == 0) named_barrier_sync(kBarSched, kSchedThreads);
 }

@@ -30,7 +30,8 @@ namespace fa4::hopper {  // tests/gpu/cuda/fwd_variants_hd*.cu
 std::string launch_fwd_hd64_variant(const FwdProblem&, cudaStream_t, int variant);
 std::string launch_fwd_hd128_variant(const FwdProblem&, cudaStream_t, int variant);
 std::string launch_fwd_hd256_variant(const FwdProblem&, cudaStream_t, int variant);
-std::string fwd_hd64_phase_clocks(unsigned long long* out);  // variant 14's counters (read + clear)
+std::string fwd_hd64_phase_clocks(unsigned long long* out);   // variant 14's counters (read + clear)
+std::string fwd_hd128_phase_clocks(unsigned long long* out);  // variant 15's counters (read + clear)
 }  // namespace fa4::hopper
 
 using fa4::hopper::FwdDtype;
@@ -248,9 +249,13 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
         }
         for (int variant : variants) {
           if (!variant_built(d, true, variant)) continue;
-          const bool clocks = d == 64 && variant == 14;  // PhaseClocks (fwd_phase_clock.cuh)
+          // PhaseClocks (fwd_phase_clock.cuh): hd64 V14, hd128 V15; read_clocks reads and clears.
+          const bool clocks = (d == 64 && variant == 14) || (d == 128 && variant == 15);
+          auto read_clocks = [d](unsigned long long* out) {
+            return d == 64 ? fa4::hopper::fwd_hd64_phase_clocks(out) : fa4::hopper::fwd_hd128_phase_clocks(out);
+          };
           unsigned long long clk[fa4::hopper::kPhaseCount + 2];
-          if (clocks) fa4::hopper::fwd_hd64_phase_clocks(clk);  // clear
+          if (clocks) read_clocks(clk);  // clear
           std::vector<float> ms;
           for (int it = 0; it < 25; ++it) {
             cudaEventRecord(e0);
@@ -264,11 +269,11 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
           }
           std::sort(ms.begin(), ms.end());
           const double med = ms[ms.size() / 2];
-          if (clocks && fa4::hopper::fwd_hd64_phase_clocks(clk).empty() && clk[fa4::hopper::kPhaseCount] > 0) {
+          if (clocks && read_clocks(clk).empty() && clk[fa4::hopper::kPhaseCount] > 0) {
             // The 25 single launches, every consumer warpgroup: shares of its span, cycles per tile.
             static const char* names[] = {"Q wait", "turn wait", "issue", "S wait", "softmax", "PV wait", "epilogue"};
             const double span = double(clk[fa4::hopper::kPhaseCount]);
-            std::printf("      v14 phases (%% of a warpgroup's span; %.0f cycles per tile):",
+            std::printf("      v%d phases (%% of a warpgroup's span; %.0f cycles per tile):", variant,
                         span / double(std::max<unsigned long long>(1, clk[fa4::hopper::kPhaseCount + 1])));
             for (int i = 0; i < fa4::hopper::kPhaseCount; ++i) std::printf(" %s %.1f", names[i], 100.0 * double(clk[i]) / span);
             std::printf("\n");

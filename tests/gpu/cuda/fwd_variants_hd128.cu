@@ -17,7 +17,7 @@ std::string run(const FwdProblem& p, cudaStream_t stream) {
 }  // namespace
 
 std::string launch_fwd_hd128_variant(const FwdProblem& p, cudaStream_t stream, int variant) {
-  static_assert(fwd_variant_count(128) == 15, "keep this switch in step with fwd_config.cuh");
+  static_assert(fwd_variant_count(128) == 16, "keep this switch in step with fwd_config.cuh");
   switch (variant) {
     case 0: return run<0>(p, stream);
     case 1: return run<1>(p, stream);
@@ -34,7 +34,18 @@ std::string launch_fwd_hd128_variant(const FwdProblem& p, cudaStream_t stream, i
     case 12: return run<12>(p, stream);
     case 13: return run<13>(p, stream);
     case 14: return run<14>(p, stream);
+    case 15: return run<15>(p, stream);  // 0 + PhaseClocks (instrumentation)
     default: return "hd128 has no forward variant " + std::to_string(variant);
   }
+}
+
+// Variant 15's phase clocks (g_fwd_phase_clocks of this translation unit): copies the
+// kPhaseCount + 2 sums (fwd_phase_clock.cuh) into out and clears them.
+std::string fwd_hd128_phase_clocks(unsigned long long* out) {
+  constexpr size_t kBytes = (kPhaseCount + 2) * sizeof(unsigned long long);
+  cudaError_t e = cudaMemcpyFromSymbol(out, g_fwd_phase_clocks, kBytes);
+  const unsigned long long zero[kPhaseCount + 2] = {};
+  if (e == cudaSuccess) e = cudaMemcpyToSymbol(g_fwd_phase_clocks, zero, kBytes);
+  return e == cudaSuccess ? std::string() : std::string(cudaGetErrorString(e));
 }
 }  // namespace fa4::hopper
