@@ -5,7 +5,10 @@
 // file that instantiates the instrumented variant). Off (PhaseClock<false>), every call is empty,
 // so the library's kernels compile as without it.
 #pragma once
+#include <cuda_runtime.h>
+
 #include <cstdint>
+#include <string>
 
 namespace fa4::hopper {
 
@@ -51,5 +54,15 @@ struct PhaseClock<false> {
   __device__ __forceinline__ void tile_done() {}
   __device__ __forceinline__ void flush(bool) {}
 };
+
+// Host: copies this translation unit's g_fwd_phase_clocks into out (kPhaseCount + 2 values) and
+// clears them. Static like the array, so each variants file reads its own.
+[[maybe_unused]] static std::string fwd_phase_clocks_take(unsigned long long* out) {
+  constexpr size_t kBytes = (kPhaseCount + 2) * sizeof(unsigned long long);
+  cudaError_t e = cudaMemcpyFromSymbol(out, g_fwd_phase_clocks, kBytes);
+  const unsigned long long zero[kPhaseCount + 2] = {};
+  if (e == cudaSuccess) e = cudaMemcpyToSymbol(g_fwd_phase_clocks, zero, kBytes);
+  return e == cudaSuccess ? std::string() : std::string(cudaGetErrorString(e));
+}
 
 }  // namespace fa4::hopper

@@ -39,13 +39,6 @@ std::string launch_fwd_hd128_variant(const FwdProblem& p, cudaStream_t stream, i
   }
 }
 
-// Variant 15's phase clocks (g_fwd_phase_clocks of this translation unit): copies the
-// kPhaseCount + 2 sums (fwd_phase_clock.cuh) into out and clears them.
-std::string fwd_hd128_phase_clocks(unsigned long long* out) {
-  constexpr size_t kBytes = (kPhaseCount + 2) * sizeof(unsigned long long);
-  cudaError_t e = cudaMemcpyFromSymbol(out, g_fwd_phase_clocks, kBytes);
-  const unsigned long long zero[kPhaseCount + 2] = {};
-  if (e == cudaSuccess) e = cudaMemcpyToSymbol(g_fwd_phase_clocks, zero, kBytes);
-  return e == cudaSuccess ? std::string() : std::string(cudaGetErrorString(e));
-}
+// Variant 15's phase clocks (this translation unit's g_fwd_phase_clocks), read and cleared.
+std::string fwd_hd128_phase_clocks(unsigned long long* out) { return fwd_phase_clocks_take(out); }
 }  // namespace fa4::hopper
