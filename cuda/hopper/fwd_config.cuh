@@ -27,7 +27,8 @@ namespace fa4::hopper {
 template <int HeadDim, int ConsumerWarpgroups, int BlockN, int KvStages, int QkStages,
           int ProducerRegs, int ConsumerRegs, bool WgSkip = false, bool Lpt = false,
           bool KWaitFirst = WgSkip, bool Persist = false, bool OInQ = false,
-          bool CondRescale = false, int Exp2EmuEighths = 0, bool TrimFirst = false, bool PhaseClocks = false>
+          bool CondRescale = false, int Exp2EmuEighths = 0, bool TrimFirst = false, bool PhaseClocks = false,
+          int SoftmaxChains = 1>
 struct FwdTile {
   // Rows of Q per consumer warpgroup: one wgmma m64 row block.
   static constexpr int rows_per_warpgroup() { return 64; }
@@ -55,6 +56,9 @@ struct FwdTile {
   // PhaseClocks (harness-only instrumentation, fwd_phase_clock.cuh): the consumer sums its cycles per
   // phase (issue-turn wait, issue, S wait, softmax, PV wait, epilogue, Q wait).
   static constexpr bool phase_clocks() { return PhaseClocks; }
+  // SoftmaxChains (fwd v10 candidate, fwd_softmax.cuh OnlineSoftmax Chains): independent partial
+  // chains per row for the block's max and sum.
+  static constexpr int softmax_chains() { return SoftmaxChains; }
   // One producer warpgroup (a single warp issues TMA; the rest only give registers back).
   static constexpr int threads() { return 128 * (1 + ConsumerWarpgroups); }
   // TMA boxes and 128B-swizzle atoms are 64 two-byte columns wide.
@@ -142,6 +146,8 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //          128x128 persistent, 64-key blocks, the inter-tile overlap (commits d4d636d, 507d8f5)
 //   hd64:  14 = 12 + PhaseClocks (harness instrumentation: where a persistent warpgroup's cycles go)
 //   hd128: 15 = 0 + PhaseClocks (the same for the plain kernel; V14's tile without TrimFirst)
+//   fwd v10 candidates (SoftmaxChains 4: the block's row max / sum in 4 partial chains):
+//   hd64:  15 = 12 + Chains   hd128: 16 = 14 + Chains   hd256: 6 = 5 + Chains
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
@@ -156,7 +162,7 @@ constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 14 : 
 // seq_k <= kFwdShortSeqK, else fwd_default_variant(head_dim); both are built for bf16 and fp16.
 constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 12 : -1; }
 constexpr long long kFwdShortSeqK = 4096;
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 15 : head_dim == 128 ? 16 : 6; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 16 : head_dim == 128 ? 17 : 7; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -170,11 +176,11 @@ struct FwdConfig<64, Causal, V>
               /*QkStages=*/1, /*ProducerRegs=*/V == 1 ? 24 : 32, /*ConsumerRegs=*/V == 1 ? 240 : 160,
               /*WgSkip=*/V == 2 || V == 3 || V == 7, /*Lpt=*/V == 2 || V == 4 || V == 7,
               /*KWaitFirst=*/V == 2 || V == 3 || V == 5 || V == 7,
-              /*Persist=*/((V == 6 || V == 7) && !Causal) || V == 12 || V == 13 || V == 14,
+              /*Persist=*/((V == 6 || V == 7) && !Causal) || V == 12 || V == 13 || V == 14 || V == 15,
               /*OInQ=*/false, /*CondRescale=*/V == 8 || V == 10 || V == 11,
               /*Exp2EmuEighths=*/V == 9 || V == 10 ? 2 : V == 11 ? 1 : 0, /*TrimFirst=*/V == 13,
-              /*PhaseClocks=*/V == 14> {
-  static_assert(V >= 0 && V <= 14, "hd64 variants are 0..14");
+              /*PhaseClocks=*/V == 14, /*SoftmaxChains=*/V == 15 ? 4 : 1> {
+  static_assert(V >= 0 && V <= 15, "hd64 variants are 0..15");
 };
 
 // hd128: FA3's tiles, 128x128 causal and a longer 128x176 K tile without the mask.
@@ -186,9 +192,10 @@ struct FwdConfig<128, Causal, V>
               /*KWaitFirst=*/V == 4 || V == 5,
               /*Persist=*/((V == 6 || V == 7 || V == 8) && !Causal) || V == 13,
               /*OInQ=*/(V == 7 || V == 13) && !Causal, /*CondRescale=*/V == 9 || V == 11 || V == 12,
-              /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0, /*TrimFirst=*/V == 14 && !Causal,
-              /*PhaseClocks=*/V == 15> {
-  static_assert(V >= 0 && V <= 15, "hd128 variants are 0..15");
+              /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0,
+              /*TrimFirst=*/(V == 14 || V == 16) && !Causal, /*PhaseClocks=*/V == 15,
+              /*SoftmaxChains=*/V == 16 ? 4 : 1> {
+  static_assert(V >= 0 && V <= 16, "hd128 variants are 0..16");
 };
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).
@@ -196,8 +203,9 @@ template <bool Causal, int V>
 struct FwdConfig<256, Causal, V>
     : FwdTile<256, 2, V == 2 ? 64 : 80, 2, /*QkStages=*/2, 24, 240, /*WgSkip=*/V == 1, /*Lpt=*/V == 1,
               /*KWaitFirst=*/V == 1 || V == 3, /*Persist=*/V == 4 && !Causal, /*OInQ=*/V == 4 && !Causal,
-              /*CondRescale=*/false, /*Exp2EmuEighths=*/0, /*TrimFirst=*/V == 5 && !Causal> {
-  static_assert(V >= 0 && V <= 5, "hd256 variants are 0..5");
+              /*CondRescale=*/false, /*Exp2EmuEighths=*/0, /*TrimFirst=*/(V == 5 || V == 6) && !Causal,
+              /*PhaseClocks=*/false, /*SoftmaxChains=*/V == 6 ? 4 : 1> {
+  static_assert(V >= 0 && V <= 6, "hd256 variants are 0..6");
 };
 
 }  // namespace fa4::hopper
