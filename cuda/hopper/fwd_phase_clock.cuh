@@ -1,5 +1,5 @@
-// PhaseClocks: harness-only instrumentation of the persistent forward consumer (fwd_config.cuh:
-// FwdTile::phase_clocks). Every consumer thread keeps 32-bit cycle sums per phase of its schedule;
+// PhaseClocks: harness-only instrumentation of the forward consumers, plain and persistent
+// (fwd_config.cuh: FwdTile::phase_clocks). Every consumer thread keeps 32-bit cycle sums per phase of its schedule;
 // at the end each warpgroup's elected thread adds them, its whole span and its tile count to
 // g_fwd_phase_clocks (one array per translation unit: the harness reads the one of the variants
 // file that instantiates the instrumented variant). Off (PhaseClock<false>), every call is empty,

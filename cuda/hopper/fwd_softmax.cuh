@@ -126,21 +126,16 @@ struct OnlineSoftmax {
     bool rescaled = !CondRescale;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      float mx = row_max[i];
-      if constexpr (Chains == 1) {
+      float part[Chains];  // chain 0 starts from the running max, the others from -inf
+      part[0] = row_max[i];
 #pragma unroll
-        for (int j = 0; j < M / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
-      } else {
-        float part[Chains];
+      for (int c = 1; c < Chains; ++c) part[c] = -INFINITY;
 #pragma unroll
-        for (int c = 0; c < Chains; ++c) part[c] = mx;
+      for (int j = 0; j < M / 4; ++j)
+        part[j % Chains] = fmaxf(part[j % Chains], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
+      float mx = part[0];
 #pragma unroll
-        for (int j = 0; j < M / 4; ++j)
-          part[j % Chains] = fmaxf(part[j % Chains], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
-#pragma unroll
-        for (int c = 1; c < Chains; ++c) mx = fmaxf(mx, part[c]);
-        mx = fmaxf(mx, part[0]);
-      }
+      for (int c = 1; c < Chains; ++c) mx = fmaxf(mx, part[c]);
       mx = quad_max(mx);
       float max_scaled;
       if constexpr (CondRescale) {
