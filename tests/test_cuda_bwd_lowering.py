@@ -138,13 +138,14 @@ def test_cuda_backward_has_a_workspace_result_of_the_extensions_size():
 
 
 def _formula(b, sq, hq, d):
-    """bwd_workspace.h's layout in Python: each sub-buffer rounded up to 256 bytes, + 256 slack."""
+    """bwd_workspace.h's layout in Python: dq_accum, the semaphores + the tile counter, lse2, delta,
+    each rounded up to 256 bytes, + 256 slack."""
     rows = b * hq * ((sq + 127) // 128 * 128)
 
     def up(x):
         return (x + 255) // 256 * 256
 
-    return up(4 * rows * d) + up(4 * (rows // 64)) + up(4 * rows) + up(4 * rows) + 256
+    return up(4 * rows * d) + up(4 * (rows // 64 + 1)) + up(4 * rows) + up(4 * rows) + 256
 
 
 @pytest.mark.parametrize(

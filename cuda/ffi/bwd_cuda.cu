@@ -106,7 +106,7 @@ ffi::Error BwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, 
     return ffi::Error::InvalidArgument("the workspace (4th result) has " + std::to_string(workspace->size_bytes()) +
                                        " bytes; this problem needs " + std::to_string(ws_need) +
                                        " (cuda_bwd_workspace_bytes)");
-  fa4::hopper::BwdWorkspace ws{nullptr, nullptr, nullptr, nullptr};
+  fa4::hopper::BwdWorkspace ws{nullptr, nullptr, nullptr, nullptr, nullptr};
   if (b > 0 && sq > 0 && hq > 0) {
     if (workspace->untyped_data() == nullptr)
       return ffi::Error::InvalidArgument("the workspace (4th result) has no device memory");

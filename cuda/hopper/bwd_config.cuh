@@ -233,10 +233,15 @@ struct BwdTile {
 // 996 -> 767 instructions), +2.5-3.5% kernel-only at 2k-16k, causal and not (palindromic).
 // Session 6: V4096 at hd256 (bwd_kv80.cuh: 64 x 80 blocks, transposed dK/dV/dQ products, dQ by
 // 16-byte atomics), +14-16% over V788 non-causal and +6-10% causal at 2k-16k (palindromic).
-constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 4096 : 51; }
-// The variant deterministic mode runs: the default everywhere (V51's DqViaTma writer and V4096's
-// consumers order their adds with the per-tile semaphore), so one instantiation serves both.
-constexpr int bwd_deterministic_variant(int head_dim) { return bwd_default_variant(head_dim); }
+// Session 6 (branch bwd-persistent-hd128, to be validated): V59 = V51 + Persistent at hd128, +0.6-2%
+// at 2k-4k (harness, static counter); the tile counter now in the workspace, producer 40 / consumers
+// 232 registers (0 spills).
+constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 4096 : head_dim == 128 ? 59 : 51; }
+// The variant deterministic mode runs: V51's DqViaTma writer and V4096's consumers order their adds
+// with the per-tile semaphore, so at hd64 / hd256 the default serves both; the persistent hd128
+// kernel hands tiles out in completion order, which the semaphore ranks cannot follow, so
+// deterministic mode runs V51 there (a second instantiation).
+constexpr int bwd_deterministic_variant(int head_dim) { return head_dim == 128 ? 51 : bwd_default_variant(head_dim); }
 // Whether the library launches causal backwards in LPT sections (BwdLaunchOptions::lpt = -1):
 // measured +3% at hd256 (V20, seq 2048 and 16384); at hd128 (V3) +3% at seq_k 2048 and about
 // +3-6% at 4096 but -2.5% at 16384 (session 4, palindromic), so up to kBwdLptMaxSeqK there; at
@@ -262,7 +267,7 @@ struct BwdConfig<64, V> : BwdTile</*HeadDim=*/64, /*BlockM=*/128, /*BlockN=*/128
 // hd128 (FA3's causal 64 x 128): dK and dV 64 x 128 per warpgroup (64 + 64 registers), S and dP
 // 64 x 64 (32 + 32), dQ split by head-dim columns.
 template <int V>
-struct BwdConfig<128, V> : BwdTile<128, 64, 128, 24, 240, 1, (V & 1) != 0, (V & 2) != 0, false, (V & 8) != 0,
+struct BwdConfig<128, V> : BwdTile<128, 64, 128, /*ProducerRegs=*/(V & 8) ? 40 : 24, (V & 8) ? 232 : 240, 1, (V & 1) != 0, (V & 2) != 0, false, (V & 8) != 0,
                                    false, false, false, false, /*StsmPds=*/(V & 16) != 0,
                                    /*UniformWarpgroup=*/(V & 32) != 0, /*RedV4=*/(V & 1024) != 0> {
   static_assert((V & 4) == 0, "DqInRing is hd256 only");

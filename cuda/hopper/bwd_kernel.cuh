@@ -90,6 +90,7 @@ struct BwdArgs {
   int lpt_section;
   int n_blocks;
   int batch;
+  int* tile_counter;   // the persistent kernel's tile counter (workspace, zeroed with dq_sem)
 };
 
 // PTX griddepcontrol (sm_90): wait until the prerequisite grid has completed and its memory is
@@ -1350,14 +1351,6 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
 // Persistent kernel (variant bit 3, bwd v3; standalone harness only)
 // ---------------------------------------------------------------------------------------------
 
-// Tile counter of the persistent kernel: [0] = tiles handed out past the first gridDim.x, [1] =
-// CTAs that found no tile left. Self-cleaning: the last CTA to find none resets both, so every
-// launch starts from 0 (zero-initialised with the module; launches on one stream never overlap
-// here: the next main kernel is behind at least the next preprocess). One per translation unit
-// (static, no -rdc), i.e. per variant file; not safe for two backward calls running
-// concurrently on two streams -- a library version would put it in the workspace.
-static __device__ int g_bwd_tile_counter[2];
-
 // Tile id -> (key block, kv head, batch). lpt_section == 0: key block fastest (v2's grid order);
 // else bwd_block_coords' sectioned longest-first order.
 __device__ __forceinline__ void bwd_tile_coords(const BwdArgs& args, int id, int* n_block, int* kv_head,
@@ -1484,8 +1477,9 @@ __device__ __forceinline__ void bwd_dq_ring_writer_persistent(uint8_t* smem, Bar
   if (lane == 0) bulk_wait_all();
 }
 
-// Grid: min(tiles, SMs) CTAs, 1-D. Tile ids: blockIdx.x first, then g_bwd_tile_counter[0]++ +
-// gridDim.x, until >= tiles. The loader thread fetches and publishes each id (then -1) in
+// Grid: min(tiles, SMs) CTAs, 1-D. Tile ids: blockIdx.x first, then (*args.tile_counter)++ +
+// gridDim.x, until >= tiles (the counter lives in the call's workspace, zeroed before the main
+// kernel with the semaphores, so concurrent backward calls on two streams cannot share it). The loader thread fetches and publishes each id (then -1) in
 // tile_ids[it % 2] on tile_full[it % 2] (count 1; readers wait with parity (it / 2) % 2); every
 // reading thread (256 consumer + 32 writer) then arrives on tile_empty[it % 2], which the loader
 // waits for before rewriting the slot for it + 2 (found necessary by bwd_protocol_model.py for the
@@ -1585,15 +1579,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
             }
           }
         }
-        id = atomicAdd(&g_bwd_tile_counter[0], 1) + int(gridDim.x);
-      }
-      // This CTA's last fetch is done; the last CTA to get here resets the counter for the next
-      // launch (the fence orders this CTA's fetches before its count).
-      __threadfence();
-      if (atomicAdd(&g_bwd_tile_counter[1], 1) == int(gridDim.x) - 1) {
-        __threadfence();
-        atomicExch(&g_bwd_tile_counter[0], 0);
-        atomicExch(&g_bwd_tile_counter[1], 0);
+        // (No griddepcontrol.wait needed: the counter's memset precedes the preprocess.)
+        id = atomicAdd(args.tile_counter, 1) + int(gridDim.x);
       }
     } else if (Cfg::dq_via_tma() && threadIdx.x / 32 == 1) {
       if (args.pdl) griddep_wait();
@@ -1850,7 +1837,7 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
   if (fused) {
     // The dq semaphores (deterministic mode) follow dq_accum (bwd_workspace.h): a few bytes, zeroed
     // before the preprocess so nothing sits between it and a PDL-launched main kernel.
-    const size_t sem_bytes = size_t(p.batch) * p.heads_q * (pad / kBwdSemRows) * sizeof(int);
+    const size_t sem_bytes = (size_t(p.batch) * p.heads_q * (pad / kBwdSemRows) + kBwdCounterInts) * sizeof(int);
     if ((e = cudaMemsetAsync(ws.dq_sem, 0, sem_bytes, stream)) != cudaSuccess) return fail("dq_sem memset", e);
     bwd_preprocess_zero<T, D><<<dim3(unsigned(pad / kPreRows), unsigned(p.heads_q), unsigned(p.batch)), 256, 0,
                                  stream>>>(static_cast<const T*>(p.o), static_cast<const T*>(p.d_o), p.lse, p.dlse,
@@ -1859,7 +1846,7 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
     if ((e = cudaGetLastError()) != cudaSuccess) return fail("preprocess launch", e);
   } else {
   // dq_accum and the dq semaphores that follow it (bwd_workspace.h), in one memset.
-  const size_t zero_bytes = size_t(reinterpret_cast<char*>(ws.dq_sem + p.batch * p.heads_q * (pad / kBwdSemRows)) -
+  const size_t zero_bytes = size_t(reinterpret_cast<char*>(ws.tile_counter + kBwdCounterInts) -
                                    reinterpret_cast<char*>(ws.dq_accum));
   e = cudaMemsetAsync(ws.dq_accum, 0, zero_bytes, stream);
   if (e != cudaSuccess) return fail("dq_accum memset", e);
@@ -1884,6 +1871,7 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
     BwdArgs args;
     args.dq_accum = ws.dq_accum;
     args.dq_sem = ws.dq_sem;
+    args.tile_counter = ws.tile_counter;
     args.lse2 = ws.lse2;
     args.delta = ws.delta;
     args.dk = p.dk;
@@ -1942,7 +1930,9 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
       e = cudaFuncSetAttribute(pkernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
       if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
       cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(unsigned(std::min<int64_t>(n_blocks * pairs, sm_count)));
+      int64_t ctas = std::min<int64_t>(n_blocks * pairs, sm_count);
+      if (opt.max_ctas > 0) ctas = std::min<int64_t>(ctas, opt.max_ctas);
+      cfg.gridDim = dim3(unsigned(ctas));
       cfg.blockDim = dim3(Cfg::threads());
       cfg.dynamicSmemBytes = Cfg::smem_bytes();
       cfg.stream = stream;

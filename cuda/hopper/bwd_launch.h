@@ -73,6 +73,9 @@ struct BwdLaunchOptions {
   // library's choice per head dim and seq_k (bwd_lpt_default), 0 = off, 1 = on (the harness sets 0 or 1).
   int lpt = -1;
   int64_t lpt_section_bytes = 16 << 20;
+  // Persistent kernels: at most this many CTAs (0 = one per SM); the harness's --max-ctas, so small
+  // checks still run many tiles per CTA.
+  int max_ctas = 0;
 };
 BwdLaunchOptions& bwd_launch_options();
 

@@ -12,11 +12,13 @@ namespace fa4::hopper {
 // Scratch the backward needs on the device, rows padded to bwd_seq_q_pad(seq_q):
 // dq_accum float32 [batch, heads_q, pad, head_dim]; dq_sem int32 [batch, heads_q, pad / 64] (the
 // deterministic mode's semaphore per query block: pad / 64 is enough for every config's block_m,
-// 64 or 128); lse2 and delta float32 [batch, heads_q, pad]. dq_accum and dq_sem are adjacent so one
-// memset zeroes both.
+// 64 or 128), then tile_counter int32 [1] (the persistent kernel's next tile); lse2 and delta
+// float32 [batch, heads_q, pad]. dq_accum, dq_sem and tile_counter are adjacent so one memset
+// zeroes them.
 struct BwdWorkspace {
   float* dq_accum;
   int* dq_sem;
+  int* tile_counter;
   float* lse2;
   float* delta;
 };
@@ -30,6 +32,8 @@ constexpr size_t kBwdWorkspaceAlign = 256;
 
 // Smallest query block of any config: dq_sem has one int per kBwdSemRows padded rows.
 constexpr int64_t kBwdSemRows = 64;
+// int32 counters after the semaphores (the persistent kernel's tile counter).
+constexpr int64_t kBwdCounterInts = 1;
 
 // Byte offsets of the sub-buffers from the aligned base and the allocation size: THE formula
 // (bwd_workspace_bytes and bwd_workspace_from both read it). Every sub-buffer is rounded up to
@@ -44,7 +48,7 @@ inline BwdWorkspaceLayout bwd_workspace_layout(int64_t batch, int64_t seq_q, int
   BwdWorkspaceLayout l;
   l.dq_accum = 0;
   l.dq_sem = l.dq_accum + up(rows * size_t(head_dim) * 4);
-  l.lse2 = l.dq_sem + up(rows / size_t(kBwdSemRows) * 4);
+  l.lse2 = l.dq_sem + up((rows / size_t(kBwdSemRows) + size_t(kBwdCounterInts)) * 4);
   l.delta = l.lse2 + up(rows * 4);
   l.bytes = l.delta + up(rows * 4) + kBwdWorkspaceAlign;
   return l;
@@ -65,6 +69,7 @@ inline BwdWorkspace bwd_workspace_from(void* base, int64_t batch, int64_t seq_q,
   BwdWorkspace ws;
   ws.dq_accum = reinterpret_cast<float*>(b + l.dq_accum);
   ws.dq_sem = reinterpret_cast<int*>(b + l.dq_sem);
+  ws.tile_counter = ws.dq_sem + size_t(batch) * size_t(heads_q) * size_t(bwd_seq_q_pad(seq_q)) / size_t(kBwdSemRows);
   ws.lse2 = reinterpret_cast<float*>(b + l.lse2);
   ws.delta = reinterpret_cast<float*>(b + l.delta);
   return ws;

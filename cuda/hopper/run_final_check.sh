@@ -3,7 +3,7 @@
 # fits the 10-minute limit:
 #   bash cuda/hopper/run_final_check.sh check   # pip install, the standalone harness checks of the
 #       library kernels (forward per head dim + V12 with 3 CTAs; backward with the causal LPT grid off
-#       and on; SKIP_FWD_HARNESS=1 skips the forward ones when no forward code changed; BWD_CHECK_VARIANTS, default the library's 51,4096), EXTRA_HARNESS (a backward
+#       and on; SKIP_FWD_HARNESS=1 skips the forward ones when no forward code changed; BWD_CHECK_VARIANTS, default the library's 51,59,4096), EXTRA_HARNESS (a backward
 #       harness command line, optional, e.g. a timing), then pytest tests/gpu with autotuning off.
 #       ~4.5 minutes.
 #   bash cuda/hopper/run_final_check.sh bench   # pip install, the side-by-side benchmark with
@@ -32,7 +32,7 @@ if [ "$PART" = check ]; then
     for dv in 64:0 128:14 256:5; do d=${dv%:*}; v=${dv#*:}; timeout 60 /tmp/f/chk --hd $d --variants $v >> $H 2>&1; echo "[$(el)s] fwd harness hd$d library (V$v) rc=$? $(grep 'cases passed' $H | tail -1)" >> $S; done
     timeout 40 /tmp/f/chk --hd 64 --variants 12 --max-ctas 3 >> $H 2>&1; echo "[$(el)s] fwd harness hd64 V12 max-ctas 3 rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
   fi
-  timeout 150 /tmp/m/chk --variants ${BWD_CHECK_VARIANTS:-51,4096} --opts 1,5 >> $H 2>&1; echo "[$(el)s] bwd harness library, LPT off and on, rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
+  timeout 150 /tmp/m/chk --variants ${BWD_CHECK_VARIANTS:-51,59,4096} --opts 1,5 >> $H 2>&1; echo "[$(el)s] bwd harness library, LPT off and on, rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
   grep -E "^FAIL|DIFFERS" $H | head -8 >> $S
   if [ -n "$EXTRA_HARNESS" ]; then timeout 120 /tmp/m/chk $EXTRA_HARNESS > $OUT/extra.txt 2>&1; echo "[$(el)s] extra rc=$?" >> $S; grep -E "^ +[0-9]+ +(yes|no) " $OUT/extra.txt >> $S; fi
   XLA_FLAGS=--xla_gpu_autotune_level=0 FA4_WORST_RATIO_FILE=/tmp/worst.txt timeout $((500 - $(el))) pytest -v -n 8 -p no:cacheprovider --tb=short -W ignore tests/gpu/test_bwd_cuda.py tests/gpu/test_training_cuda.py tests/gpu/test_fwd_cuda.py 2>&1 | grep -vE "PytestBenchmarkWarning|warner\(|bringing up" > $OUT/pytest.txt; echo "[$(el)s] pytest done" >> $S

@@ -446,6 +446,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--no-check")) do_check = false;
     if (!std::strcmp(argv[i], "--quick-bench")) seqs = {2048, 4096, 16384};
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
+    // Persistent variants: cap the grid so even small cases run many tiles per CTA.
+    if (!std::strcmp(argv[i], "--max-ctas") && i + 1 < argc) fa4::hopper::bwd_launch_options().max_ctas = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) {  // e.g. --seqs 2048,16384
       seqs.clear();
       for (const char* t = argv[++i]; *t; t = std::strchr(t, ',') ? std::strchr(t, ',') + 1 : t + std::strlen(t))
