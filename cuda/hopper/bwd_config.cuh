@@ -233,15 +233,18 @@ struct BwdTile {
 // 996 -> 767 instructions), +2.5-3.5% kernel-only at 2k-16k, causal and not (palindromic).
 // Session 6: V4096 at hd256 (bwd_kv80.cuh: 64 x 80 blocks, transposed dK/dV/dQ products, dQ by
 // 16-byte atomics), +14-16% over V788 non-causal and +6-10% causal at 2k-16k (palindromic).
-// Session 6 (branch bwd-persistent-hd128, to be validated): V59 = V51 + Persistent at hd128, +0.6-2%
-// at 2k-4k (harness, static counter); the tile counter now in the workspace, producer 40 / consumers
-// 232 registers (0 spills).
-constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 4096 : head_dim == 128 ? 59 : 51; }
+constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 4096 : 51; }
 // The variant deterministic mode runs: V51's DqViaTma writer and V4096's consumers order their adds
-// with the per-tile semaphore, so at hd64 / hd256 the default serves both; the persistent hd128
-// kernel hands tiles out in completion order, which the semaphore ranks cannot follow, so
-// deterministic mode runs V51 there (a second instantiation).
-constexpr int bwd_deterministic_variant(int head_dim) { return head_dim == 128 ? 51 : bwd_default_variant(head_dim); }
+// with the per-tile semaphore, so the default serves both (one instantiation).
+constexpr int bwd_deterministic_variant(int head_dim) { return bwd_default_variant(head_dim); }
+// Session 7: V59 = V51 + Persistent at hd128 (tile counter in the workspace, producer 40 / consumers
+// 232 registers, 0 spills), whole backward palindromic on the H200: non-causal +2.7% / +1.2% at seq
+// 2048 / 4096, -0.4% / -1.2% at 8192 / 16384; causal +0.5% / -0.3% / -1.0% / -2.1%. So the library
+// runs bwd_short_seq_variant(head_dim) (< 0: none) when seq_k <= kBwdShortSeqK and the backward is
+// not deterministic (the persistent kernel hands tiles out in completion order, which the
+// semaphore ranks cannot follow), else the default; both are built for bf16 and fp16.
+constexpr int bwd_short_seq_variant(int head_dim) { return head_dim == 128 ? 59 : -1; }
+constexpr int64_t kBwdShortSeqK = 4096;
 // Whether the library launches causal backwards in LPT sections (BwdLaunchOptions::lpt = -1):
 // measured +3% at hd256 (V20, seq 2048 and 16384); at hd128 (V3) +3% at seq_k 2048 and about
 // +3-6% at 4096 but -2.5% at 16384 (session 4, palindromic), so up to kBwdLptMaxSeqK there; at

@@ -1909,6 +1909,8 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
       grid = dim3(unsigned(n_blocks * pairs), 1, 1);
     }
     if constexpr (Cfg::persistent()) {
+      // Tiles go out in completion order, which deterministic mode's semaphore ranks cannot follow.
+      if (p.deterministic) return "backward: the persistent kernel has no deterministic mode";
       // min(tiles, SMs) CTAs; causal tiles in the sectioned longest-first order (always: the
       // dynamic tile counter is greedy list scheduling, which wants the longest first).
       if (n_blocks * pairs > INT32_MAX) return "backward: too many tiles for the persistent kernel";
@@ -2008,10 +2010,11 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
   return {};
 }
 
-template <int HeadDim, int Variant = bwd_default_variant(HeadDim)>
-std::string launch_bwd_head_dim(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
+// One variant of one head dim, bf16 or fp16 (deterministic problems go to the deterministic variant).
+template <int HeadDim, int Variant>
+std::string launch_bwd_head_dim_variant(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
   if constexpr (Variant != bwd_deterministic_variant(HeadDim)) {
-    if (p.deterministic) return launch_bwd_head_dim<HeadDim, bwd_deterministic_variant(HeadDim)>(p, ws, stream);
+    if (p.deterministic) return launch_bwd_head_dim_variant<HeadDim, bwd_deterministic_variant(HeadDim)>(p, ws, stream);
   }
   using Cfg = BwdConfig<HeadDim, Variant>;
   if (p.dtype == BwdDtype::kBf16) {
@@ -2020,6 +2023,18 @@ std::string launch_bwd_head_dim(const BwdProblem& p, const BwdWorkspace& ws, cud
   }
   return p.causal ? launch_bwd_kernel<__half, Cfg, true>(p, ws, stream)
                   : launch_bwd_kernel<__half, Cfg, false>(p, ws, stream);
+}
+
+// The library's backward for one head dim: the short-sequence variant where it has one, the keys
+// are few and the run need not be deterministic (bwd_config.cuh, bwd_short_seq_variant), else the
+// default variant.
+template <int HeadDim>
+std::string launch_bwd_head_dim(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
+  if constexpr (bwd_short_seq_variant(HeadDim) >= 0) {
+    if (p.seq_k <= kBwdShortSeqK && !p.deterministic)
+      return launch_bwd_head_dim_variant<HeadDim, bwd_short_seq_variant(HeadDim)>(p, ws, stream);
+  }
+  return launch_bwd_head_dim_variant<HeadDim, bwd_default_variant(HeadDim)>(p, ws, stream);
 }
 
 // The standalone harness's variants (tests/gpu/cuda/bwd_variants_hd*.cu): bf16 only, so each

@@ -40,7 +40,8 @@ using fa4::hopper::BwdWorkspace;
 
 // Kernel variants (cuda/hopper/bwd_config.cuh: bit 0 PipelineScores, bit 1 DqViaTma, bit 2
 // DqInRing, bit 3 Persistent, bit 4 SplitSdP, bit 5 ScoresAhead). The library's variant for a
-// head dim (bwd_default_variant: 51 at hd64/hd128, 788 at hd256) is built for bf16 and fp16; the
+// head dim (bwd_default_variant: 51 at hd64/hd128 -- at hd128 the library runs V59 below seq_k 4097 outside
+// deterministic mode -- and 4096 at hd256) is built for bf16 and fp16; the
 // others for bf16 only: hd64/hd128 0, 1, 2, 3, 11, 19, 35; hd256 0, 1, 4, 12, 20, 52 (= 20 + ScoresAhead),
 // 132 (= 4 + DetRingWriter) and 68 (= V4 + the writer warp's clock64 counters, printed after its
 // bench rows).
@@ -72,11 +73,11 @@ static std::string launch_variant(const BwdProblem& p, const BwdWorkspace& ws, i
   return fa4::hopper::launch_bwd_checked(p, ws, 0, dispatch_variant);
 }
 // Deterministic mode is run two ways: "lib det" = the library's own entry point (launch_bwd, which
-// runs bwd_deterministic_variant: V51 at hd64/hd128, V788 at hd256), for the library's variant of the
+// runs bwd_deterministic_variant: V51 at hd64/hd128, V4096 at hd256), for the library's variant of the
 // head dim; "det" = the variant itself launched with deterministic = true, for the variants whose
 // own dQ path orders the adds and that are candidates for bwd_deterministic_variant: hd256 (bf16)
 // V0, V1 (consumer-side semaphores), V132 (= V4 with DetRingWriter), V20, V52 and V788 (the semaphore
-// handshake in the DqInRing writer warp). The persistent variants (11, 12) have no deterministic mode.
+// handshake in the DqInRing writer warp). The persistent variants (11, 12, 59) have no deterministic mode.
 static bool det_direct(int d, bool bf16, int v) {
   return d == 256 && bf16 && (v == 0 || v == 1 || v == 132 || v == 20 || v == 52 || v == 788 || v == 1024 || v == 1808 || v == 4096);
 }

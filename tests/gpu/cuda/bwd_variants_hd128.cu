@@ -5,7 +5,10 @@
 
 namespace fa4::hopper {
 namespace {
-// The default variant is the library's instantiation (bf16 and fp16, bwd_hd128.cu); not built twice.
+// The default variant runs the library's entry point (bf16 and fp16, bwd_hd128.cu), which takes the
+// persistent V59 when seq_k <= kBwdShortSeqK outside deterministic mode and V51 otherwise
+// (bwd_short_seq_variant): the checks of "variant 51" cover that dispatch, and a timing of "variant
+// 51" below seq_k 4097 is V59's. V59 here is the persistent kernel at every length.
 template <int V>
 std::string run(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
   if constexpr (V == bwd_default_variant(128)) {
