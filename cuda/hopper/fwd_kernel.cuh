@@ -195,6 +195,40 @@ __device__ __forceinline__ void rescale_o(float (&o)[Cfg::head_dim() / 2], const
   }
 }
 
+// The issue-token barrier's width: the waiting warpgroup plus the one handing over.
+constexpr uint32_t kSchedThreads = 256;
+
+// WgSkip: key blocks [n_mine, n_blocks) (the loop runs from the last block down, so these come
+// first) get the same token hand-over and stage releases as a computed block, without an MMA, so
+// the issue-token ring stays in step. Iteration n of the main loop releases K(n) and V(n + 1);
+// V(n_mine), whose PV the first computed block would issue, goes right after the loop. Each stage
+// is waited on (full) before it is released, as by a consumer that reads nothing: an arrival for a
+// stage's next lap can then never count towards this lap's phase (unwaited, a skipping warpgroup
+// could overtake a slower one: tests/gpu/cuda/fwd_protocol_model.py found it). S = -inf would give
+// P = 0 and leave O, the max and the sum as they are, so skipping is exact.
+template <class Cfg, class KPipe, class VPipe>
+__device__ __forceinline__ void pass_skipped_blocks(KPipe& k, VPipe& v, int n_blocks, int n_mine, uint32_t sched_mine,
+                                                    uint32_t sched_next, bool elected) {
+  for (int n = n_blocks - 1; n >= n_mine; --n) {
+    named_barrier_sync(sched_mine, kSchedThreads);
+    named_barrier_arrive(sched_next, kSchedThreads);
+#pragma unroll
+    for (int j = 0; j < Cfg::qk_stages(); ++j) k.wait(j);
+    k.release(elected);
+    k.advance();
+    if (n + 1 < n_blocks) {
+      v.wait(0);
+      v.release(elected);
+      v.advance();
+    }
+  }
+  if (n_mine < n_blocks) {
+    v.wait(0);
+    v.release(elected);
+    v.advance();
+  }
+}
+
 template <class T, class Cfg, bool Causal>
 __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, uint8_t* sV, uint64_t* q_full,
                                              typename TmaConsumerPipeline<T, Cfg, true>::Staged::Barriers* k_bars,
@@ -213,7 +247,6 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
   const int row0 = m0 + c * 64 + row_in_wg;
   const uint32_t sched_mine = kBarSched + c;
   const uint32_t sched_next = kBarSched + (c + 1) % W;
-  constexpr uint32_t kSchedThreads = 256;  // the waiting warpgroup plus the one handing over
 
   TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
   TmaConsumerPipeline<T, Cfg, false> v(v_bars, sV);
@@ -248,33 +281,7 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
     mbarrier_wait(q_full, 0);
   }
   clk.tick(kPhaseWaitQ);
-  if constexpr (kSkip) {
-    // Skipped blocks: the same token hand-over and stage releases as a computed block (the
-    // issue-token ring stays in step), no MMA. Iteration n of the main loop releases K(n) and
-    // V(n + 1); V(n_mine), whose PV the first computed block would issue, right after the loop.
-    // Each stage is waited on (full) before it is released, as by a consumer that reads nothing: an arrival for
-    // a stage's next lap can then never count towards this lap's phase (unwaited, a skipping
-    // warpgroup could overtake a slower one: tests/gpu/cuda/fwd_protocol_model.py found it). S =
-    // -inf would give P = 0 and leave O, the max and the sum as they are, so skipping is exact.
-    for (int n = n_blocks - 1; n >= n_mine; --n) {
-      named_barrier_sync(sched_mine, kSchedThreads);
-      named_barrier_arrive(sched_next, kSchedThreads);
-#pragma unroll
-      for (int j = 0; j < Cfg::qk_stages(); ++j) k.wait(j);
-      k.release(elected);
-      k.advance();
-      if (n + 1 < n_blocks) {
-        v.wait(0);
-        v.release(elected);
-        v.advance();
-      }
-    }
-    if (n_mine < n_blocks) {
-      v.wait(0);
-      v.release(elected);
-      v.advance();
-    }
-  }
+  if constexpr (kSkip) pass_skipped_blocks<Cfg>(k, v, n_blocks, n_mine, sched_mine, sched_next, elected);
 
   if (n_mine > 0) {
     const uint8_t* q_tile = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk
@@ -506,7 +513,6 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
   const int row_in_wg = warp * 16 + lane / 4;  // this thread's first row; its second is +8
   const uint32_t sched_mine = kBarSched + c;
   const uint32_t sched_next = kBarSched + (c + 1) % W;
-  constexpr uint32_t kSchedThreads = 256;
   const AttentionMask<Causal> mask{args.seq_q, args.seq_k};
   const uint8_t* q_tile = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk
 
@@ -534,38 +540,29 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     uint32_t p[N / 4];
     float o_scale[2];
 
-    // WgSkip (no mask here): a warpgroup whose rows are all past seq_q computes nothing; as in
-    // fwd_consumer it still passes the token and waits on and releases K(n) / V(n + 1) per block and
-    // V(0) at the end (the rings run on into the next tile: every stage must be released), and
-    // arrives on q_empty right after its q_full wait (it never reads Q; that wait keeps it from
-    // arriving for the next tile before this tile's phase completed).
-    const int n_mine = Cfg::wg_skip() && m0 + c * 64 >= args.seq_q ? 0 : n_blocks;
+    // WgSkip: as in fwd_consumer, this warpgroup computes only key blocks [0, n_mine) (none if its
+    // rows are all past seq_q; under a causal mask the blocks its own rows see) and passes the
+    // others on (pass_skipped_blocks; the rings run on into the next tile, so every stage must be
+    // released). One that computes nothing arrives on q_empty right after its q_full wait (it never
+    // reads Q; that wait keeps it from arriving for the next tile before this tile's phase
+    // completed). mask_m0 = this warpgroup's first row, which makes block_needs_mask exact for it.
+    constexpr bool kSkip = Cfg::wg_skip();
+    const int mask_m0 = kSkip ? m0 + c * 64 : m0;
+    const int n_mine = !kSkip                      ? n_blocks
+                       : m0 + c * 64 >= args.seq_q ? 0
+                       : Causal                    ? mask.n_blocks(m0 + c * 64, 64, N)
+                                                   : n_blocks;
     if (n_blocks > 0) {
       mbarrier_wait(q_full, q_phase);
       q_phase ^= 1;
     }
     clk.tick(kPhaseWaitQ);
-    if (Cfg::wg_skip() && n_mine == 0 && n_blocks > 0) {
-      if (!Cfg::o_in_q() && elected) mbarrier_arrive(q_empty);
-      for (int n = n_blocks - 1; n >= 0; --n) {
-        named_barrier_sync(sched_mine, kSchedThreads);
-        named_barrier_arrive(sched_next, kSchedThreads);
-#pragma unroll
-        for (int j = 0; j < Cfg::qk_stages(); ++j) k.wait(j);
-        k.release(elected);
-        k.advance();
-        if (n + 1 < n_blocks) {
-          v.wait(0);
-          v.release(elected);
-          v.advance();
-        }
-      }
-      v.wait(0);
-      v.release(elected);
-      v.advance();
+    if constexpr (kSkip) {
+      if (!Cfg::o_in_q() && n_mine == 0 && n_blocks > 0 && elected) mbarrier_arrive(q_empty);
+      pass_skipped_blocks<Cfg>(k, v, n_blocks, n_mine, sched_mine, sched_next, elected);
     }
     if (n_mine > 0) {
-      int n = n_blocks - 1;
+      int n = n_mine - 1;
       const int first_steps = Cfg::trim_first() ? visible_ksteps<Cfg>(mask, n, m0 + c * 64) : N / 16;
 
       named_barrier_sync(sched_mine, kSchedThreads);
@@ -580,7 +577,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
           k.release(elected);
           k.advance();
           if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);  // last read of Q retired
-          if (mask.block_needs_mask(n, m0, N)) mask.apply(sf, n * N, row0, lane);
+          if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(sf, n * N, row0, lane);
           softmax.update(sf, args.scale_log2, o_scale);
 #pragma unroll
           for (int q = 0; q < N / 4; ++q) p[q] = q < NE / 4 ? pack2<T>(sf[2 * q], sf[2 * q + 1]) : 0u;
@@ -596,7 +593,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
         k.release(elected);
         k.advance();
         if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);  // last read of Q retired
-        if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
+        if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
         softmax.update(s, args.scale_log2, o_scale);
 #pragma unroll
         for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
@@ -616,7 +613,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
         k.release(elected);
         k.advance();
         if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);
-        if (mask.block_needs_mask(n, m0, N)) mask.apply(s, n * N, row0, lane);
+        if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
         const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
         clk.tick(kPhaseSoftmax);
         wgmma_wait<0>();

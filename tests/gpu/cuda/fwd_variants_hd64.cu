@@ -20,7 +20,7 @@ std::string run(const FwdProblem& p, cudaStream_t stream) {
 }  // namespace
 
 std::string launch_fwd_hd64_variant(const FwdProblem& p, cudaStream_t stream, int variant) {
-  static_assert(fwd_variant_count(64) == 16, "keep this switch in step with fwd_config.cuh");
+  static_assert(fwd_variant_count(64) == 18, "keep this switch in step with fwd_config.cuh");
   switch (variant) {
     case 0: return run<0>(p, stream);
     case 1: return run<1>(p, stream);
@@ -38,6 +38,8 @@ std::string launch_fwd_hd64_variant(const FwdProblem& p, cudaStream_t stream, in
     case 13: return run<13>(p, stream);
     case 14: return run<14>(p, stream);  // 12 + PhaseClocks (instrumentation)
     case 15: return run<15>(p, stream);  // 12 + SoftmaxChains 4 (fwd v10)
+    case 16: return run<16>(p, stream);  // 12 + WgSkip: per-warpgroup causal block skipping (fwd v11)
+    case 17: return run<17>(p, stream);  // 16 + TrimFirst
     default: return "hd64 has no forward variant " + std::to_string(variant);
   }
 }
