@@ -198,6 +198,24 @@ __device__ __forceinline__ void rescale_o(float (&o)[Cfg::head_dim() / 2], const
 // The issue-token barrier's width: the waiting warpgroup plus the one handing over.
 constexpr uint32_t kSchedThreads = 256;
 
+// WgSkip: the key blocks [0, n_mine) warpgroup c computes of a tile's n_blocks: none if its rows
+// are all past seq_q (the last query tile's spare rows: never stored), else under a causal mask the
+// blocks its own rows see. n_mine is never below the tile's count for the warpgroup holding the
+// tile's last valid row, so every K/V stage is still waited on by someone before the producer may
+// refill it. Read from lane 0, so the compiler knows it is warp-uniform (else the main loop's trip
+// count looks divergent: wait loops get WARPSYNC / YIELD and the wgmma descriptors leave the
+// uniform datapath, +54 instructions per hd64 block). Without WgSkip: n_blocks.
+template <class Cfg, bool Causal>
+__device__ __forceinline__ int warpgroup_block_count(const AttentionMask<Causal>& mask, int m0, int c, int seq_q,
+                                                     int n_blocks) {
+  if constexpr (!Cfg::wg_skip()) {
+    return n_blocks;
+  } else {
+    const int mine = m0 + c * 64 >= seq_q ? 0 : Causal ? mask.n_blocks(m0 + c * 64, 64, Cfg::block_n()) : n_blocks;
+    return __shfl_sync(0xffffffffu, mine, 0);
+  }
+}
+
 // WgSkip: key blocks [n_mine, n_blocks) (the loop runs from the last block down, so these come
 // first) get the same token hand-over and stage releases as a computed block, without an MMA, so
 // the issue-token ring stays in step. Iteration n of the main loop releases K(n) and V(n + 1);
@@ -264,17 +282,11 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
   // The last warpgroup hands the first issue token to warpgroup 0.
   if (c == W - 1) named_barrier_arrive(kBarSched, kSchedThreads);
 
-  // WgSkip: this warpgroup computes only key blocks [0, n_mine): none if all its rows are past
-  // seq_q (the last query tile's spare rows: never stored), else under a causal mask the blocks its
-  // own rows can see. n_mine is never below the tile's count for the warpgroup holding the tile's
-  // last valid row, so every K/V stage is still waited on by someone before the producer may refill
-  // it. mask_m0 = this warpgroup's first row, which makes block_needs_mask exact for it.
+  // WgSkip: this warpgroup computes only key blocks [0, n_mine) (warpgroup_block_count) and passes
+  // the others on. mask_m0 = this warpgroup's first row, which makes block_needs_mask exact for it.
   constexpr bool kSkip = Cfg::wg_skip();
   const int mask_m0 = kSkip ? m0 + c * 64 : m0;
-  const int n_mine = !kSkip                        ? n_blocks
-                     : m0 + c * 64 >= args.seq_q   ? 0
-                     : Causal                      ? mask.n_blocks(m0 + c * 64, 64, N)
-                                                   : n_blocks;
+  const int n_mine = warpgroup_block_count<Cfg>(mask, m0, c, args.seq_q, n_blocks);
 
   if (n_blocks > 0) {
     // Also on the skip-everything path: the epilogue writes O over this warpgroup's Q rows.
@@ -540,18 +552,14 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     uint32_t p[N / 4];
     float o_scale[2];
 
-    // WgSkip: as in fwd_consumer, this warpgroup computes only key blocks [0, n_mine) (none if its
-    // rows are all past seq_q; under a causal mask the blocks its own rows see) and passes the
-    // others on (pass_skipped_blocks; the rings run on into the next tile, so every stage must be
-    // released). One that computes nothing arrives on q_empty right after its q_full wait (it never
+    // WgSkip: as in fwd_consumer, this warpgroup computes only key blocks [0, n_mine)
+    // (warpgroup_block_count) and passes the others on (pass_skipped_blocks; the rings run on into
+    // the next tile, so every stage must be released). One that computes nothing arrives on q_empty right after its q_full wait (it never
     // reads Q; that wait keeps it from arriving for the next tile before this tile's phase
     // completed). mask_m0 = this warpgroup's first row, which makes block_needs_mask exact for it.
     constexpr bool kSkip = Cfg::wg_skip();
     const int mask_m0 = kSkip ? m0 + c * 64 : m0;
-    const int n_mine = !kSkip                      ? n_blocks
-                       : m0 + c * 64 >= args.seq_q ? 0
-                       : Causal                    ? mask.n_blocks(m0 + c * 64, 64, N)
-                                                   : n_blocks;
+    const int n_mine = warpgroup_block_count<Cfg>(mask, m0, c, args.seq_q, n_blocks);
     if (n_blocks > 0) {
       mbarrier_wait(q_full, q_phase);
       q_phase ^= 1;

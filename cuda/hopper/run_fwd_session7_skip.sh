@@ -2,7 +2,8 @@
 # One device call (repo root, H200), ~3 minutes: fwd v11, the persistent hd64 kernel skipping per
 # warpgroup the causal diagonal's key blocks none of its rows see (V16 = V12 + WgSkip; V17 = V16 +
 # TrimFirst). Checks (and with 3 CTAs, many tiles per CTA), then palindromic kernel-only timing
-# against the library's V12 at 2k / 4k / 8k, causal and not.
+# against the library's V12 at 2k / 4k / 8k, causal and not. (Session 7 call 2 ran it before the
+# warp-uniform n_mine: V16 -5..-8% without a mask; call 3 after.)
 OUT=${OUT:-/tmp/fwd7s_out}; mkdir -p "$OUT"; S=$OUT/summary.txt
 T0=$SECONDS; el() { echo $((SECONDS-T0)); }
 . cuda/hopper/harness_build.sh
