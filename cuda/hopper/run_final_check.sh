@@ -2,7 +2,7 @@
 # The validate-and-record device calls (repo root, H200; carry .whl for FA3), one part per call so each
 # fits the 10-minute limit:
 #   bash cuda/hopper/run_final_check.sh check   # pip install, the standalone harness checks of the
-#       library kernels (forward per head dim + V12 with 3 CTAs; backward with the causal LPT grid off
+#       library kernels (forward per head dim + the persistent hd64 V16 with 3 CTAs; backward with the causal LPT grid off
 #       and on; SKIP_FWD_HARNESS=1 skips the forward ones when no forward code changed; BWD_CHECK_VARIANTS, default the library's 51,59,4096), EXTRA_HARNESS (a backward
 #       harness command line, optional, e.g. a timing), then pytest tests/gpu with autotuning off.
 #       ~4.5 minutes.
@@ -28,9 +28,9 @@ if [ "$PART" = check ]; then
   echo "[$(el)s] built rc=$?; install rc=$(cat /tmp/install.rc)" >> $S; tail -3 /tmp/install.txt >> $S
   H=$OUT/harness.txt
   if [ "${SKIP_FWD_HARNESS:-0}" != 1 ]; then  # (pytest tests/gpu runs the forward regardless)
-    # The library's forward variant per head dim (fwd_default_variant): hd64 0 (V12 below seq_k 4097), hd128 14, hd256 5.
+    # The library's forward variant per head dim (fwd_default_variant): hd64 0 (V16 below seq_k 4097), hd128 14, hd256 5.
     for dv in 64:0 128:14 256:5; do d=${dv%:*}; v=${dv#*:}; timeout 60 /tmp/f/chk --hd $d --variants $v >> $H 2>&1; echo "[$(el)s] fwd harness hd$d library (V$v) rc=$? $(grep 'cases passed' $H | tail -1)" >> $S; done
-    timeout 40 /tmp/f/chk --hd 64 --variants 12 --max-ctas 3 >> $H 2>&1; echo "[$(el)s] fwd harness hd64 V12 max-ctas 3 rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
+    timeout 40 /tmp/f/chk --hd 64 --variants 16 --max-ctas 3 >> $H 2>&1; echo "[$(el)s] fwd harness hd64 V16 max-ctas 3 rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
   fi
   timeout 150 /tmp/m/chk --variants ${BWD_CHECK_VARIANTS:-51,59,4096} --opts 1,5 >> $H 2>&1; echo "[$(el)s] bwd harness library, LPT off and on, rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
   grep -E "^FAIL|DIFFERS" $H | head -8 >> $S

@@ -6,9 +6,9 @@
 namespace fa4::hopper {
 namespace {
 // Variant 0 runs the library's entry point (bf16 and fp16, fwd_hd64.cu), which at hd64 takes the
-// persistent V12 when seq_k <= kFwdShortSeqK and V0 above (fwd_short_seq_variant): the checks of
-// "variant 0" cover that dispatch. V12 here is the persistent kernel at every length (so a
-// timing of "variant 0" below seq_k 4097 is V12's).
+// persistent V16 (V12 + causal WgSkip) when seq_k <= kFwdShortSeqK and V0 above
+// (fwd_short_seq_variant): the checks of "variant 0" cover that dispatch. V12 / V16 here are the
+// persistent kernels at every length (so a timing of "variant 0" below seq_k 4097 is V16's).
 template <int V>
 std::string run(const FwdProblem& p, cudaStream_t stream) {
   if constexpr (V == fwd_default_variant(64)) {
@@ -20,7 +20,7 @@ std::string run(const FwdProblem& p, cudaStream_t stream) {
 }  // namespace
 
 std::string launch_fwd_hd64_variant(const FwdProblem& p, cudaStream_t stream, int variant) {
-  static_assert(fwd_variant_count(64) == 18, "keep this switch in step with fwd_config.cuh");
+  static_assert(fwd_variant_count(64) == 17, "keep this switch in step with fwd_config.cuh");
   switch (variant) {
     case 0: return run<0>(p, stream);
     case 1: return run<1>(p, stream);
@@ -38,8 +38,7 @@ std::string launch_fwd_hd64_variant(const FwdProblem& p, cudaStream_t stream, in
     case 13: return run<13>(p, stream);
     case 14: return run<14>(p, stream);  // 12 + PhaseClocks (instrumentation)
     case 15: return run<15>(p, stream);  // 12 + SoftmaxChains 4 (fwd v10)
-    case 16: return run<16>(p, stream);  // 12 + WgSkip: per-warpgroup causal block skipping (fwd v11)
-    case 17: return run<17>(p, stream);  // 16 + TrimFirst
+    case 16: return run<16>(p, stream);  // 12 + WgSkip under the mask (fwd v11; the library's below seq_k 4097)
     default: return "hd64 has no forward variant " + std::to_string(variant);
   }
 }
