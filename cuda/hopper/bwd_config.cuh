@@ -238,8 +238,8 @@ constexpr int bwd_default_variant(int head_dim) { return head_dim == 256 ? 4096 
 // with the per-tile semaphore, so the default serves both (one instantiation).
 constexpr int bwd_deterministic_variant(int head_dim) { return bwd_default_variant(head_dim); }
 // Session 7: V59 = V51 + Persistent at hd128 (tile counter in the workspace, producer 40 / consumers
-// 232 registers, 0 spills), whole backward palindromic on the H200: non-causal +2.7% / +1.2% at seq
-// 2048 / 4096, -0.4% / -1.2% at 8192 / 16384; causal +0.5% / -0.3% / -1.0% / -2.1%. So the library
+// 232 registers, 0 spills), whole backward palindromic on the H200: non-causal +2.9% / +1.4% at seq
+// 2048 / 4096, +0.4% / -0.8% at 8192 / 16384; causal +0.6% / -0.4% / -1.1% / -2.0%. So the library
 // runs bwd_short_seq_variant(head_dim) (< 0: none) when seq_k <= kBwdShortSeqK and the backward is
 // not deterministic (the persistent kernel hands tiles out in completion order, which the
 // semaphore ranks cannot follow), else the default; both are built for bf16 and fp16.
