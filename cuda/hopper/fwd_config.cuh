@@ -28,7 +28,7 @@ template <int HeadDim, int ConsumerWarpgroups, int BlockN, int KvStages, int QkS
           int ProducerRegs, int ConsumerRegs, bool WgSkip = false, bool Lpt = false,
           bool KWaitFirst = WgSkip, bool Persist = false, bool OInQ = false,
           bool CondRescale = false, int Exp2EmuEighths = 0, bool TrimFirst = false, bool PhaseClocks = false,
-          int SoftmaxChains = 1, bool ODirect = false>
+          int SoftmaxChains = 1>
 struct FwdTile {
   // Rows of Q per consumer warpgroup: one wgmma m64 row block.
   static constexpr int rows_per_warpgroup() { return 64; }
@@ -59,11 +59,6 @@ struct FwdTile {
   // SoftmaxChains (fwd v10 candidate, fwd_softmax.cuh OnlineSoftmax Chains): independent partial
   // chains per row for the block's max and sum.
   static constexpr int softmax_chains() { return SoftmaxChains; }
-  // ODirect (fwd v12 candidate, with Persist): the epilogue writes O from registers to global
-  // memory (store_o_direct) instead of staging it in shared memory for a TMA store, so a tile
-  // that leaves no room for an O buffer still loads the next tile's Q under its last PV and
-  // epilogue (OInQ cannot: there the next Q waits for the O store to read the Q buffer).
-  static constexpr bool o_direct() { return ODirect; }
   // One producer warpgroup (a single warp issues TMA; the rest only give registers back).
   static constexpr int threads() { return 128 * (1 + ConsumerWarpgroups); }
   // TMA boxes and 128B-swizzle atoms are 64 two-byte columns wide.
@@ -79,7 +74,7 @@ struct FwdTile {
   static constexpr uint32_t v_offset() { return k_offset() + KvStages * kv_tile_bytes(); }
   // Persist: O's staging buffer (laid out like Q), then one more barrier (Q-empty).
   static constexpr uint32_t o_offset() { return v_offset() + KvStages * kv_tile_bytes(); }
-  static constexpr uint32_t o_bytes() { return Persist && !OInQ && !ODirect ? q_bytes() : 0; }
+  static constexpr uint32_t o_bytes() { return Persist && !OInQ ? q_bytes() : 0; }
   static constexpr uint32_t barrier_offset() { return o_offset() + o_bytes(); }
   static constexpr uint32_t barrier_bytes() {
     return 8 * (1 + KvStages * (QkStages + 1) + 2 * KvStages + (Persist ? 1 : 0));
@@ -96,7 +91,6 @@ struct FwdTile {
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
   static_assert(KWaitFirst || !WgSkip, "WgSkip needs KWaitFirst (C7520: serialized wgmma otherwise)");
   static_assert(Persist || !OInQ, "OInQ is a layout of the persistent kernel");
-  static_assert(!ODirect || (Persist && !OInQ), "ODirect is an epilogue of the persistent kernel (not with OInQ)");
   static_assert(!PhaseClocks || (!TrimFirst && !WgSkip), "PhaseClocks instruments the plain consumers (no first-block trim / skip)");
   static_assert(Exp2EmuEighths >= 0 && Exp2EmuEighths <= 8, "emulated exp2 fraction in eighths");
 };
@@ -157,9 +151,6 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //   fwd v11 (session 7; the persistent kernel skipping, per warpgroup, the causal diagonal's key
 //   blocks none of its 64 rows see -- warpgroup_block_count / pass_skipped_blocks, as the plain
 //   kernel's WgSkip):   hd64:  16 = 12 + WgSkip under the causal mask (without it: V12's kernel)
-//   fwd v12 candidates (ODirect: the persistent kernel with O written from registers, the next
-//   tile's Q loading under this tile's last PV and epilogue): hd128 17 = V14 + Persist + ODirect
-//   (128x176 + TrimFirst without the mask, 128x128 with it)   hd256 7 = V5 + Persist + ODirect
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
@@ -177,7 +168,7 @@ constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 14 : 
 // the skip also ran there, so it does not).
 constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 16 : -1; }
 constexpr long long kFwdShortSeqK = 4096;
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 18 : 8; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 17 : 7; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -205,22 +196,22 @@ struct FwdConfig<128, Causal, V>
               V == 4 ? 80 : (Causal || V == 1 || V == 6) ? 128 : V == 2 ? 192 : V == 8 ? 160 : 176, 2,
               /*QkStages=*/2, 24, V == 4 ? 160 : 240, /*WgSkip=*/V == 4 && !Causal, /*Lpt=*/V == 3,
               /*KWaitFirst=*/V == 4 || V == 5,
-              /*Persist=*/((V == 6 || V == 7 || V == 8) && !Causal) || V == 13 || V == 17,
+              /*Persist=*/((V == 6 || V == 7 || V == 8) && !Causal) || V == 13,
               /*OInQ=*/(V == 7 || V == 13) && !Causal, /*CondRescale=*/V == 9 || V == 11 || V == 12,
               /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0,
-              /*TrimFirst=*/(V == 14 || V == 16 || V == 17) && !Causal, /*PhaseClocks=*/V == 15,
-              /*SoftmaxChains=*/V == 16 ? 4 : 1, /*ODirect=*/V == 17> {
-  static_assert(V >= 0 && V <= 17, "hd128 variants are 0..17");
+              /*TrimFirst=*/(V == 14 || V == 16) && !Causal, /*PhaseClocks=*/V == 15,
+              /*SoftmaxChains=*/V == 16 ? 4 : 1> {
+  static_assert(V >= 0 && V <= 16, "hd128 variants are 0..16");
 };
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).
 template <bool Causal, int V>
 struct FwdConfig<256, Causal, V>
     : FwdTile<256, 2, V == 2 ? 64 : 80, 2, /*QkStages=*/2, 24, 240, /*WgSkip=*/V == 1, /*Lpt=*/V == 1,
-              /*KWaitFirst=*/V == 1 || V == 3, /*Persist=*/(V == 4 && !Causal) || V == 7, /*OInQ=*/V == 4 && !Causal,
-              /*CondRescale=*/false, /*Exp2EmuEighths=*/0, /*TrimFirst=*/(V == 5 || V == 6 || V == 7) && !Causal,
-              /*PhaseClocks=*/false, /*SoftmaxChains=*/V == 6 ? 4 : 1, /*ODirect=*/V == 7> {
-  static_assert(V >= 0 && V <= 7, "hd256 variants are 0..7");
+              /*KWaitFirst=*/V == 1 || V == 3, /*Persist=*/V == 4 && !Causal, /*OInQ=*/V == 4 && !Causal,
+              /*CondRescale=*/false, /*Exp2EmuEighths=*/0, /*TrimFirst=*/(V == 5 || V == 6) && !Causal,
+              /*PhaseClocks=*/false, /*SoftmaxChains=*/V == 6 ? 4 : 1> {
+  static_assert(V >= 0 && V <= 6, "hd256 variants are 0..6");
 };
 
 }  // namespace fa4::hopper

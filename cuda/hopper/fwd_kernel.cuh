@@ -48,7 +48,6 @@ struct FwdArgs {
   int lpt_section;
   int m_blocks;
   int batch;
-  void* o;  // ODirect (fwd_config.cuh): O written from registers, BSHD (the TMA store's tensor)
 };
 
 template <class T> struct WgmmaTag;
@@ -87,28 +86,6 @@ __device__ __forceinline__ void stage_o_tile(uint8_t* tile, const float (&o)[Cfg
       const int r = tile_row0 + 8 * i;
       const uint32_t off = chunk * Cfg::chunk_bytes_q() + r * 128 + (((cc / 8) ^ (r % 8)) * 16) + (cc % 8) * 2;
       *reinterpret_cast<uint32_t*>(tile + off) = pack2<T>(o[4 * j + 2 * i] * o_scale[i], o[4 * j + 2 * i + 1] * o_scale[i]);
-    }
-  }
-}
-
-// ODirect: this thread's two rows of O (row0, row0 + 8), normalised, straight from registers to
-// global memory (4 bytes per store; a quad of lanes covers 16 contiguous bytes), rows past seq_q
-// left alone. No shared memory, so the Q buffer is free for the next tile's Q once S retired.
-template <class T, class Cfg>
-__device__ __forceinline__ void store_o_direct(const FwdArgs& args, const float (&o)[Cfg::head_dim() / 2],
-                                               const float (&o_scale)[2], int row0, int head, int batch, int lane) {
-  constexpr int D = Cfg::head_dim();
-  const int64_t row_stride = int64_t(args.heads_q) * D;
-  T* base = static_cast<T*>(args.o) + (int64_t(batch) * args.seq_q * args.heads_q + head) * D + 2 * (lane & 3);
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = row0 + 8 * i;
-    if (row < args.seq_q) {
-      T* dst = base + row * row_stride;
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        *reinterpret_cast<uint32_t*>(dst + 8 * j) = pack2<T>(o[4 * j + 2 * i] * o_scale[i], o[4 * j + 2 * i + 1] * o_scale[i]);
-      }
     }
   }
 }
@@ -672,23 +649,19 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     // (OInQ: it has, before the previous tile's q_empty arrival).
     float lse[2];
     softmax.finalize(args.softmax_scale, o_scale, lse);
-    if constexpr (Cfg::o_direct()) {
-      store_o_direct<T, Cfg>(args, o, o_scale, row0, head, batch, lane);
-    } else {
-      if constexpr (!Cfg::o_in_q()) {
-        if (elected) tma_store_wait_read_all();
-        named_barrier_sync(kBarEpilogue + c, 128);
-      }
-      stage_o_tile<T, Cfg>(sO, o, o_scale, c * 64 + row_in_wg, lane);
-      fence_proxy_async_smem();
+    if constexpr (!Cfg::o_in_q()) {
+      if (elected) tma_store_wait_read_all();
       named_barrier_sync(kBarEpilogue + c, 128);
-      if (elected && m0 + c * 64 < args.seq_q) {
+    }
+    stage_o_tile<T, Cfg>(sO, o, o_scale, c * 64 + row_in_wg, lane);
+    fence_proxy_async_smem();
+    named_barrier_sync(kBarEpilogue + c, 128);
+    if (elected && m0 + c * 64 < args.seq_q) {
 #pragma unroll
-        for (int chunk = 0; chunk < Cfg::chunks(); ++chunk) {
-          tma_store_4d(tm_o, sO + chunk * Cfg::chunk_bytes_q() + c * 64 * 128, chunk * 64, m0 + c * 64, head, batch);
-        }
-        tma_store_commit();
+      for (int chunk = 0; chunk < Cfg::chunks(); ++chunk) {
+        tma_store_4d(tm_o, sO + chunk * Cfg::chunk_bytes_q() + c * 64 * 128, chunk * 64, m0 + c * 64, head, batch);
       }
+      tma_store_commit();
     }
     if constexpr (Cfg::o_in_q()) {
       // The next tile's Q may overwrite these rows once the store has read them (the writes of
@@ -823,7 +796,6 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream) {
   const int64_t m_blocks = (p.seq_q + Cfg::block_m() - 1) / Cfg::block_m();
   args.m_blocks = int(m_blocks);
   args.batch = int(p.batch);
-  args.o = p.o;
   args.lpt_section = 0;
   dim3 grid(unsigned(m_blocks), unsigned(p.heads_q), unsigned(p.batch));
   if (Cfg::lpt() && !Cfg::persist() && Causal && m_blocks * p.heads_q * p.batch <= INT_MAX) {
