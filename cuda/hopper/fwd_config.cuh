@@ -28,7 +28,7 @@ template <int HeadDim, int ConsumerWarpgroups, int BlockN, int KvStages, int QkS
           int ProducerRegs, int ConsumerRegs, bool WgSkip = false, bool Lpt = false,
           bool KWaitFirst = WgSkip, bool Persist = false, bool OInQ = false,
           bool CondRescale = false, int Exp2EmuEighths = 0, bool TrimFirst = false, bool PhaseClocks = false,
-          int SoftmaxChains = 1>
+          int SoftmaxChains = 1, bool TrimFirstPv = false>
 struct FwdTile {
   // Rows of Q per consumer warpgroup: one wgmma m64 row block.
   static constexpr int rows_per_warpgroup() { return 64; }
@@ -59,6 +59,9 @@ struct FwdTile {
   // SoftmaxChains (fwd v10 candidate, fwd_softmax.cuh OnlineSoftmax Chains): independent partial
   // chains per row for the block's max and sum.
   static constexpr int softmax_chains() { return SoftmaxChains; }
+  // TrimFirstPv (fwd v13 candidate, with TrimFirst, plain kernel): the first block's PV also runs
+  // only its visible 16-key groups (the next step's issue half peeled into the width switch).
+  static constexpr bool trim_first_pv() { return TrimFirstPv; }
   // One producer warpgroup (a single warp issues TMA; the rest only give registers back).
   static constexpr int threads() { return 128 * (1 + ConsumerWarpgroups); }
   // TMA boxes and 128B-swizzle atoms are 64 two-byte columns wide.
@@ -91,6 +94,7 @@ struct FwdTile {
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
   static_assert(KWaitFirst || !WgSkip, "WgSkip needs KWaitFirst (C7520: serialized wgmma otherwise)");
   static_assert(Persist || !OInQ, "OInQ is a layout of the persistent kernel");
+  static_assert(!TrimFirstPv || (TrimFirst && !Persist), "TrimFirstPv extends TrimFirst in the plain kernel");
   static_assert(!PhaseClocks || (!TrimFirst && !WgSkip), "PhaseClocks instruments the plain consumers (no first-block trim / skip)");
   static_assert(Exp2EmuEighths >= 0 && Exp2EmuEighths <= 8, "emulated exp2 fraction in eighths");
 };
@@ -151,6 +155,8 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //   fwd v11 (session 7; the persistent kernel skipping, per warpgroup, the causal diagonal's key
 //   blocks none of its 64 rows see -- warpgroup_block_count / pass_skipped_blocks, as the plain
 //   kernel's WgSkip):   hd64:  16 = 12 + WgSkip under the causal mask (without it: V12's kernel)
+//   fwd v13 candidates (TrimFirstPv: the first, partial block's PV over its visible keys only):
+//   hd128: 17 = 14 + TrimFirstPv   hd256: 7 = 5 + TrimFirstPv   (without a mask; causal as V0)
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
@@ -168,7 +174,7 @@ constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 14 : 
 // the skip also ran there, so it does not).
 constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 16 : -1; }
 constexpr long long kFwdShortSeqK = 4096;
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 17 : 7; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 18 : 8; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -199,9 +205,9 @@ struct FwdConfig<128, Causal, V>
               /*Persist=*/((V == 6 || V == 7 || V == 8) && !Causal) || V == 13,
               /*OInQ=*/(V == 7 || V == 13) && !Causal, /*CondRescale=*/V == 9 || V == 11 || V == 12,
               /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0,
-              /*TrimFirst=*/(V == 14 || V == 16) && !Causal, /*PhaseClocks=*/V == 15,
-              /*SoftmaxChains=*/V == 16 ? 4 : 1> {
-  static_assert(V >= 0 && V <= 16, "hd128 variants are 0..16");
+              /*TrimFirst=*/(V == 14 || V == 16 || V == 17) && !Causal, /*PhaseClocks=*/V == 15,
+              /*SoftmaxChains=*/V == 16 ? 4 : 1, /*TrimFirstPv=*/V == 17 && !Causal> {
+  static_assert(V >= 0 && V <= 17, "hd128 variants are 0..17");
 };
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).
@@ -209,9 +215,9 @@ template <bool Causal, int V>
 struct FwdConfig<256, Causal, V>
     : FwdTile<256, 2, V == 2 ? 64 : 80, 2, /*QkStages=*/2, 24, 240, /*WgSkip=*/V == 1, /*Lpt=*/V == 1,
               /*KWaitFirst=*/V == 1 || V == 3, /*Persist=*/V == 4 && !Causal, /*OInQ=*/V == 4 && !Causal,
-              /*CondRescale=*/false, /*Exp2EmuEighths=*/0, /*TrimFirst=*/(V == 5 || V == 6) && !Causal,
-              /*PhaseClocks=*/false, /*SoftmaxChains=*/V == 6 ? 4 : 1> {
-  static_assert(V >= 0 && V <= 6, "hd256 variants are 0..6");
+              /*CondRescale=*/false, /*Exp2EmuEighths=*/0, /*TrimFirst=*/(V == 5 || V == 6 || V == 7) && !Causal,
+              /*PhaseClocks=*/false, /*SoftmaxChains=*/V == 6 ? 4 : 1, /*TrimFirstPv=*/V == 7 && !Causal> {
+  static_assert(V >= 0 && V <= 7, "hd256 variants are 0..7");
 };
 
 }  // namespace fa4::hopper

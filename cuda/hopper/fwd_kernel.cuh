@@ -164,7 +164,8 @@ __device__ __forceinline__ void with_first_width(int ksteps, First&& first) {
 }
 
 // O += P V: P (block_n keys) from registers in k-steps of 16 keys; V rows are 128 bytes apart.
-template <class T, class Cfg, class VPipe>
+// NE < block_n (TrimFirstPv's first block): only the first NE keys (P is 0 past them).
+template <class T, class Cfg, int NE = Cfg::block_n(), class VPipe>
 __device__ __forceinline__ void issue_pv(float (&o)[Cfg::head_dim() / 2],
                                          const uint32_t (&p)[Cfg::block_n() / 4], VPipe& v) {
   using Tag = typename WgmmaTag<T>::type;
@@ -172,7 +173,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[Cfg::head_dim() / 2],
   wgmma_fence();
   const MmaSmemDescriptor b = v.desc();
 #pragma unroll
-  for (int kk = 0; kk < Cfg::block_n() / 16; ++kk) {
+  for (int kk = 0; kk < NE / 16; ++kk) {
     const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
     WgmmaRS<Tag, Cfg::head_dim()>::mma(o, a, b.plus_bytes(kk * 16 * 128).bits, 1u);
   }
@@ -315,6 +316,35 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
         softmax.update(sf, args.scale_log2, o_scale);
 #pragma unroll
         for (int q = 0; q < N / 4; ++q) p[q] = q < NE / 4 ? pack2<T>(sf[2 * q], sf[2 * q + 1]) : 0u;
+        if constexpr (Cfg::trim_first_pv()) {
+          // TrimFirstPv: the loop's first step here, where NE is a constant, so this block's PV
+          // runs only its NE / 16 visible k-steps. The whole step, waits included: with the
+          // wgmmas still in flight where the switch's cases merge, ptxas moved accumulator
+          // registers under them and serialized every wgmma of the kernel (C7515). As the loop
+          // below (harness-only candidate: fold the two into one helper if it is adopted, which
+          // changes the library's SASS).
+          if (n > 0) {
+            named_barrier_sync(sched_mine, kSchedThreads);
+            issue_qk<T, Cfg, N, true>(s, q_tile, k);
+            issue_pv<T, Cfg, NE>(o, p, v);
+            named_barrier_arrive(sched_next, kSchedThreads);
+            --n;
+            wgmma_wait<1>();
+            fence_regs(s);
+            k.release(elected);
+            k.advance();
+            if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
+            const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
+            wgmma_wait<0>();
+            fence_regs(o);
+            fence_regs(p);
+            v.release(elected);
+            v.advance();
+            rescale_o<Cfg>(o, o_scale, rescaled);
+#pragma unroll
+            for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+          }
+        }
       });
     } else {
       clk.tick(kPhaseSched);
@@ -692,6 +722,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                           const FwdArgs args) {
   static_assert(Cfg::persist(), "persistent kernel needs the Persist layout (O buffer, Q-empty barrier)");
+  static_assert(!Cfg::trim_first_pv(), "TrimFirstPv is a schedule of the plain consumer");
   // A causal tile whose rows see no key skips the Q barriers and stages its zeros at once: with
   // OInQ that would overwrite a next Q the producer may already be loading.
   static_assert(!(Causal && Cfg::o_in_q()), "a causal persistent kernel needs its own O buffer (no OInQ)");

@@ -17,7 +17,7 @@ std::string run(const FwdProblem& p, cudaStream_t stream) {
 }  // namespace
 
 std::string launch_fwd_hd128_variant(const FwdProblem& p, cudaStream_t stream, int variant) {
-  static_assert(fwd_variant_count(128) == 17, "keep this switch in step with fwd_config.cuh");
+  static_assert(fwd_variant_count(128) == 18, "keep this switch in step with fwd_config.cuh");
   switch (variant) {
     case 0: return run<0>(p, stream);
     case 1: return run<1>(p, stream);
@@ -36,6 +36,7 @@ std::string launch_fwd_hd128_variant(const FwdProblem& p, cudaStream_t stream, i
     case 14: return run<14>(p, stream);
     case 15: return run<15>(p, stream);  // 0 + PhaseClocks (instrumentation)
     case 16: return run<16>(p, stream);  // 14 + SoftmaxChains 4 (fwd v10)
+    case 17: return run<17>(p, stream);  // 14 + TrimFirstPv (fwd v13)
     default: return "hd128 has no forward variant " + std::to_string(variant);
   }
 }
