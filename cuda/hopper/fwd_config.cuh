@@ -12,7 +12,8 @@ namespace fa4::hopper {
 // issue token and releases the skipped K/V stages, so the barrier sequence is unchanged. Lpt (causal only): one linear grid in longest-first order over sections of (head,
 // batch) pairs sized so a section's K/V fits in L2 (FwdArgs::lpt_section), instead of
 // (m block, head, batch) with only the m blocks of one pair reversed. KWaitFirst: S = Q K^T
-// waits for all K sub-stages before its first wgmma (required by WgSkip, see issue_qk).
+// waits for all K sub-stages before its first wgmma (see issue_qk; WgSkip needed it until session 7
+// made n_mine warp-uniform).
 // Persist: one CTA per SM looping over the tiles (persistent_tile: a static stride without a mask,
 // where every tile has the same length; under a causal mask the Lpt order dealt boustrophedon --
 // a variant's config turns Persist on for its causal instantiation only where it says so, V12 and

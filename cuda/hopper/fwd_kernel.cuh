@@ -102,8 +102,9 @@ __device__ __forceinline__ void issue_qk(float (&s)[NE / 2], const uint8_t* q_ti
   constexpr int kSteps = Cfg::head_dim() / 16;
   constexpr int kStepsPerSub = kSteps / Cfg::qk_stages();
   // KWaitFirst: wait for every K sub-stage before the fence (no wait loop between wgmmas, so no
-  // warpgroup.arrive injected by ptxas, C7519; the WgSkip variants need it: there the injected
-  // arrive landed on a divergent path and ptxas serialized every wgmma of the kernel, C7520).
+  // warpgroup.arrive injected by ptxas, C7519; the WgSkip variants needed it while their n_mine was
+  // not provably warp-uniform: the injected arrive landed on a divergent path and ptxas serialized
+  // every wgmma of the kernel, C7520; warpgroup_block_count reads it from lane 0 since session 7).
   // Otherwise v2's order: sub-stage j's wait just before its k-steps.
   if constexpr (WaitFirst) {
 #pragma unroll
