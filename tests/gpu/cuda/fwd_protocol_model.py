@@ -211,15 +211,21 @@ def main():
     )
 
 
-def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=False):
-    """fwd_kernel_persistent: tiles of n_blocks each through one CTA; Q-full/Q-empty barriers, the
-    K/V rings and the issue-token ring run on across tiles; O through its own buffer per warpgroup
-    with the bulk store's read awaited before the next rewrite, or (o_in_q) through the warpgroup's
-    Q rows, with Q-empty arrived only after the store has read them. skip: on each tile a random
-    subset of the warpgroups other than the first computes nothing (WgSkip; in the kernel it is
-    those whose rows are all past seq_q, i.e. the last ones: a special case)."""
-    # computing[t][c]: warpgroup c computes tile t (the first always: it holds a valid row).
-    computing = [[c < (rng.randint(1, W) if skip else W) for c in range(W)] for _ in range(tiles)]
+def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=False, causal=False):
+    """fwd_kernel_persistent: tiles through one CTA; Q-full/Q-empty barriers, the K/V rings and the
+    issue-token ring run on across tiles; O through its own buffer per warpgroup with the bulk
+    store's read awaited before the next rewrite, or (o_in_q) through the warpgroup's Q rows, with
+    Q-empty arrived only after the store has read them. Every tile has n_blocks key blocks, or
+    (causal) a random count in [0, n_blocks] (a tile whose rows see no key is skipped by producer
+    and consumers alike). skip (WgSkip, warpgroup_block_count / pass_skipped_blocks): warpgroup c
+    computes only blocks [0, n_mine[t][c]) and passes the others on; one random warpgroup (the one
+    holding the tile's last valid row) computes all, the others any count from 0 up (the kernel's
+    cases -- none past seq_q, the causal count of its own rows -- are special cases)."""
+    nb = [rng.randint(0, n_blocks) if causal else n_blocks for _ in range(tiles)]
+    n_mine = []
+    for t in range(tiles):
+        full_wg = rng.randrange(W)
+        n_mine.append([nb[t] if (not skip or c == full_wg) else rng.randint(0, nb[t]) for c in range(W)])
     full = {r: [MBar(1) for _ in range(stages)] for r in "KV"}
     empty = {r: [MBar(W) for _ in range(stages)] for r in "KV"}
     content = {r: [None] * stages for r in "KV"}
@@ -249,11 +255,11 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
                 ph[r] ^= 1
             yield
 
-        if n_blocks == 0:
-            return
         q_phase = 0
         for t in range(tiles):
-            n = n_blocks - 1
+            if nb[t] == 0:
+                continue
+            n = nb[t] - 1
             yield from load("K", (t, n))
             while not q_empty.done(q_phase ^ 1):
                 yield
@@ -311,33 +317,34 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
             sched[0].arrive()
             yield
         for t in range(tiles):
-            if n_blocks > 0 and not computing[t][c]:
+            n_blocks, nm = nb[t], n_mine[t][c]
+            if n_blocks > 0:
                 while not q_full.done(q_phase):
                     yield
                 q_phase ^= 1
-                if not o_in_q:
-                    q_empty.arrive()
+                if nm > 0:
+                    assert q["content"] == t, f"WG{c} tile {t} found Q {q['content']}"
+                    q["readers"].add(c)
+                elif not o_in_q:
+                    q_empty.arrive()  # reads no Q in this tile
                 else:
                     q["readers"].add(c)  # its O rows overlay Q until the store has read them
-                for n in range(n_blocks - 1, -1, -1):
-                    yield from sync(mine)
-                    sched[nxt].arrive()
-                    yield
-                    yield from wait_full("K", (t, n), reads_q=False)
-                    release("K")
-                    if n + 1 < n_blocks:
-                        yield from wait_full("V", (t, n + 1))
-                        release("V")
-                    yield
-                yield from wait_full("V", (t, 0))
+            # pass_skipped_blocks: blocks [nm, n_blocks), each stage waited on before its release.
+            for n in range(n_blocks - 1, nm - 1, -1):
+                yield from sync(mine)
+                sched[nxt].arrive()
+                yield
+                yield from wait_full("K", (t, n), reads_q=False)
+                release("K")
+                if n + 1 < n_blocks:
+                    yield from wait_full("V", (t, n + 1))
+                    release("V")
+                yield
+            if nm < n_blocks:
+                yield from wait_full("V", (t, nm))
                 release("V")
-            elif n_blocks > 0:
-                while not q_full.done(q_phase):
-                    yield
-                q_phase ^= 1
-                assert q["content"] == t, f"WG{c} tile {t} found Q {q['content']}"
-                q["readers"].add(c)
-                n = n_blocks - 1
+            if nm > 0:
+                n = nm - 1
                 yield from sync(mine)
                 yield from wait_full("K", (t, n))
                 sched[nxt].arrive()
@@ -347,7 +354,7 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
                     q["readers"].discard(c)
                     q_empty.arrive()
                 yield
-                for n in range(n_blocks - 2, -1, -1):
+                for n in range(nm - 2, -1, -1):
                     yield from sync(mine)
                     yield from wait_full("K", (t, n))
                     yield from wait_full("V", (t, n + 1))
@@ -428,9 +435,11 @@ def main_persistent():
                 for stages in (2, 3):
                     for o_in_q in (False, True):
                         for skip in (False, True):
-                            for _ in range(30):
-                                simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q, skip)
-                                runs += 1
+                            # The kernel forbids a causal persistent kernel with OInQ (static_assert).
+                            for causal in (False,) if o_in_q else (False, True):
+                                for _ in range(30):
+                                    simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q, skip, causal)
+                                    runs += 1
     print(
         f"persistent protocol model: {runs} random schedules, no deadlock, no race, every tile read its own Q/K/V"
     )
