@@ -158,6 +158,7 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //   kernel's WgSkip):   hd64:  16 = 12 + WgSkip under the causal mask (without it: V12's kernel)
 //   fwd v13 candidates (TrimFirstPv: the first, partial block's PV over its visible keys only):
 //   hd128: 17 = 14 + TrimFirstPv   hd256: 7 = 5 + TrimFirstPv   (without a mask; causal as V0)
+//   hd128: 18 = 13 + PhaseClocks (instrumentation: where the persistent kernel's cycles go)
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
@@ -175,7 +176,7 @@ constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 14 : 
 // the skip also ran there, so it does not).
 constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 16 : -1; }
 constexpr long long kFwdShortSeqK = 4096;
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 18 : 9; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 19 : 9; }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -203,12 +204,12 @@ struct FwdConfig<128, Causal, V>
               V == 4 ? 80 : (Causal || V == 1 || V == 6) ? 128 : V == 2 ? 192 : V == 8 ? 160 : 176, 2,
               /*QkStages=*/2, 24, V == 4 ? 160 : 240, /*WgSkip=*/V == 4 && !Causal, /*Lpt=*/V == 3,
               /*KWaitFirst=*/V == 4 || V == 5,
-              /*Persist=*/((V == 6 || V == 7 || V == 8) && !Causal) || V == 13,
-              /*OInQ=*/(V == 7 || V == 13) && !Causal, /*CondRescale=*/V == 9 || V == 11 || V == 12,
+              /*Persist=*/((V == 6 || V == 7 || V == 8) && !Causal) || V == 13 || V == 18,
+              /*OInQ=*/(V == 7 || V == 13 || V == 18) && !Causal, /*CondRescale=*/V == 9 || V == 11 || V == 12,
               /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0,
-              /*TrimFirst=*/(V == 14 || V == 16 || V == 17) && !Causal, /*PhaseClocks=*/V == 15,
+              /*TrimFirst=*/(V == 14 || V == 16 || V == 17) && !Causal, /*PhaseClocks=*/V == 15 || V == 18,
               /*SoftmaxChains=*/V == 16 ? 4 : 1, /*TrimFirstPv=*/V == 17 && !Causal> {
-  static_assert(V >= 0 && V <= 17, "hd128 variants are 0..17");
+  static_assert(V >= 0 && V <= 18, "hd128 variants are 0..18");
 };
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).
