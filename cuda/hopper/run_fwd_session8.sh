@@ -26,4 +26,5 @@ timeout 120 /tmp/f/chk --no-check --bench --hd 256 --seqs 2048,4096,16384 --vari
 timeout 120 /tmp/f/chk --no-check --bench --hd 64 --seqs 8192,16384 --variants 0,3,3,0 >> $OUT/bench.txt 2>&1; echo "[$(el)s] bench hd64 V0/V3 rc=$? (causal rows count; variant 0 = the library: V0 above 4096 keys)" >> $S
 timeout 90 /tmp/f/chk --no-check --bench --hd 128 --seqs 2048,16384 --variants 13,18,13 >> $OUT/bench.txt 2>&1; echo "[$(el)s] bench hd128 V13/V18 (phases) rc=$?" >> $S
 grep -E "^ +(64|128|256) +(yes|no) |phases" $OUT/bench.txt >> $S
+python3 cuda/hopper/palindrome.py $OUT/bench.txt >> $S  # per-variant means, relative to the first
 cat $S
