@@ -1898,14 +1898,17 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
     args.n_blocks = int(n_blocks);
     args.batch = int(p.batch);
     const int64_t pairs = p.heads_kv * p.batch;
-    const bool lpt = opt.lpt < 0 ? bwd_lpt_default(D, p.seq_k) : opt.lpt != 0;
-    if (lpt && Causal && !p.deterministic && n_blocks * pairs <= INT32_MAX) {
-      // Section = the (batch, kv head) pairs whose Q, dO (2 x 2 bytes) and dq_accum (4 bytes) rows
-      // fit lpt_section_bytes, rounded down to a power of two, at least 1.
+    // LPT section = the (batch, kv head) pairs whose Q, dO (2 x 2 bytes) and dq_accum (4 bytes) rows
+    // fit lpt_section_bytes, rounded down to a power of two, at least 1.
+    const auto lpt_section = [&] {
       const int64_t pair_bytes = std::max<int64_t>(1, (p.heads_q / p.heads_kv) * p.seq_q * D * 8);
       int64_t section = 1;
       while (section * 2 * pair_bytes <= opt.lpt_section_bytes && section * 2 <= pairs) section *= 2;
-      args.lpt_section = int(section);
+      return int(section);
+    };
+    const bool lpt = opt.lpt < 0 ? bwd_lpt_default(D, p.seq_k) : opt.lpt != 0;
+    if (lpt && Causal && !p.deterministic && n_blocks * pairs <= INT32_MAX) {
+      args.lpt_section = lpt_section();
       grid = dim3(unsigned(n_blocks * pairs), 1, 1);
     }
     if constexpr (Cfg::persistent()) {
@@ -1914,13 +1917,7 @@ std::string launch_bwd_kernel(const BwdProblem& p, const BwdWorkspace& ws, cudaS
       // min(tiles, SMs) CTAs; causal tiles in the sectioned longest-first order (always: the
       // dynamic tile counter is greedy list scheduling, which wants the longest first).
       if (n_blocks * pairs > INT32_MAX) return "backward: too many tiles for the persistent kernel";
-      if (!Causal) args.lpt_section = 0;
-      if (Causal && args.lpt_section == 0) {
-        const int64_t pair_bytes = std::max<int64_t>(1, (p.heads_q / p.heads_kv) * p.seq_q * D * 8);
-        int64_t section = 1;
-        while (section * 2 * pair_bytes <= opt.lpt_section_bytes && section * 2 <= pairs) section *= 2;
-        args.lpt_section = int(section);
-      }
+      args.lpt_section = Causal ? lpt_section() : 0;
       static int sm_count = 0;
       if (sm_count == 0) {
         int dev = 0;
