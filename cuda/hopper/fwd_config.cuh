@@ -29,7 +29,7 @@ template <int HeadDim, int ConsumerWarpgroups, int BlockN, int KvStages, int QkS
           int ProducerRegs, int ConsumerRegs, bool WgSkip = false, bool Lpt = false,
           bool KWaitFirst = WgSkip, bool Persist = false, bool OInQ = false,
           bool CondRescale = false, int Exp2EmuEighths = 0, bool TrimFirst = false, bool PhaseClocks = false,
-          int SoftmaxChains = 1, bool TrimFirstPv = false>
+          bool TrimFirstPv = false>
 struct FwdTile {
   // Rows of Q per consumer warpgroup: one wgmma m64 row block.
   static constexpr int rows_per_warpgroup() { return 64; }
@@ -57,9 +57,6 @@ struct FwdTile {
   // PhaseClocks (harness-only instrumentation, fwd_phase_clock.cuh): the consumer sums its cycles per
   // phase (issue-turn wait, issue, S wait, softmax, PV wait, epilogue, Q wait).
   static constexpr bool phase_clocks() { return PhaseClocks; }
-  // SoftmaxChains (fwd v10 candidate, fwd_softmax.cuh OnlineSoftmax Chains): independent partial
-  // chains per row for the block's max and sum.
-  static constexpr int softmax_chains() { return SoftmaxChains; }
   // TrimFirstPv (fwd v13 candidate, with TrimFirst, plain kernel): the first block's PV also runs
   // only its visible 16-key groups (the next step's issue half peeled into the width switch).
   static constexpr bool trim_first_pv() { return TrimFirstPv; }
@@ -151,14 +148,16 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //          128x128 persistent, 64-key blocks, the inter-tile overlap (commits d4d636d, 507d8f5)
 //   hd64:  14 = 12 + PhaseClocks (harness instrumentation: where a persistent warpgroup's cycles go)
 //   hd128: 15 = 0 + PhaseClocks (the same for the plain kernel; V14's tile without TrimFirst)
-//   fwd v10 candidates (SoftmaxChains 4: the block's row max / sum in 4 partial chains):
-//   hd64:  15 = 12 + Chains   hd128: 16 = 14 + Chains   hd256: 6 = 5 + Chains
+//   fwd v10 (SoftmaxChains 4: the block's row max / sum in 4 partial chains; session 7: -0.5 to
+//   -4.5%, removed; commit 92a1203 has it): hd64 15, hd128 16, hd256 6 are retired numbers
+//   (fwd_variant_retired), so the later variants keep theirs.
 //   fwd v11 (session 7; the persistent kernel skipping, per warpgroup, the causal diagonal's key
 //   blocks none of its 64 rows see -- warpgroup_block_count / pass_skipped_blocks, as the plain
 //   kernel's WgSkip):   hd64:  16 = 12 + WgSkip under the causal mask (without it: V12's kernel)
 //   fwd v13 candidates (TrimFirstPv: the first, partial block's PV over its visible keys only):
 //   hd128: 17 = 14 + TrimFirstPv   hd256: 7 = 5 + TrimFirstPv   (without a mask; causal as V0)
 //   hd128: 18 = 13 + PhaseClocks (instrumentation: where the persistent kernel's cycles go)
+//   hd256: 8 = 0 + WgSkip under the causal mask, without KWaitFirst (without the mask: V5)
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
@@ -177,6 +176,10 @@ constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 14 : 
 constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 16 : -1; }
 constexpr long long kFwdShortSeqK = 4096;
 constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 19 : 9; }
+// Variant numbers of removed experiments (not built; the numbers after them are kept).
+constexpr bool fwd_variant_retired(int head_dim, int v) {
+  return (head_dim == 64 && v == 15) || (head_dim == 128 && v == 16) || (head_dim == 256 && v == 6);
+}
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
 struct FwdConfig;
@@ -193,7 +196,7 @@ struct FwdConfig<64, Causal, V>
               /*Persist=*/((V == 6 || V == 7) && !Causal) || (V >= 12 && V <= 16),
               /*OInQ=*/false, /*CondRescale=*/V == 8 || V == 10 || V == 11,
               /*Exp2EmuEighths=*/V == 9 || V == 10 ? 2 : V == 11 ? 1 : 0, /*TrimFirst=*/V == 13,
-              /*PhaseClocks=*/V == 14, /*SoftmaxChains=*/V == 15 ? 4 : 1> {
+              /*PhaseClocks=*/V == 14> {
   static_assert(V >= 0 && V <= 16, "hd64 variants are 0..16");
 };
 
@@ -208,7 +211,7 @@ struct FwdConfig<128, Causal, V>
               /*OInQ=*/(V == 7 || V == 13 || V == 18) && !Causal, /*CondRescale=*/V == 9 || V == 11 || V == 12,
               /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0,
               /*TrimFirst=*/(V == 14 || V == 16 || V == 17) && !Causal, /*PhaseClocks=*/V == 15 || V == 18,
-              /*SoftmaxChains=*/V == 16 ? 4 : 1, /*TrimFirstPv=*/V == 17 && !Causal> {
+              /*TrimFirstPv=*/V == 17 && !Causal> {
   static_assert(V >= 0 && V <= 18, "hd128 variants are 0..18");
 };
 
@@ -218,7 +221,7 @@ struct FwdConfig<256, Causal, V>
     : FwdTile<256, 2, V == 2 ? 64 : 80, 2, /*QkStages=*/2, 24, 240, /*WgSkip=*/V == 1 || (V == 8 && Causal), /*Lpt=*/V == 1,
               /*KWaitFirst=*/V == 1 || V == 3, /*Persist=*/V == 4 && !Causal, /*OInQ=*/V == 4 && !Causal,
               /*CondRescale=*/false, /*Exp2EmuEighths=*/0, /*TrimFirst=*/(V == 5 || V == 6 || V == 7 || V == 8) && !Causal,
-              /*PhaseClocks=*/false, /*SoftmaxChains=*/V == 6 ? 4 : 1, /*TrimFirstPv=*/V == 7 && !Causal> {
+              /*PhaseClocks=*/false, /*TrimFirstPv=*/V == 7 && !Causal> {
   static_assert(V >= 0 && V <= 8, "hd256 variants are 0..8");
 };
 

@@ -270,7 +270,7 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
 
   TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
   TmaConsumerPipeline<T, Cfg, false> v(v_bars, sV);
-  OnlineSoftmax<N / 2, Cfg::cond_rescale(), Cfg::exp2_emu_eighths(), Cfg::softmax_chains()> softmax;
+  OnlineSoftmax<N / 2, Cfg::cond_rescale(), Cfg::exp2_emu_eighths()> softmax;
   float o[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -575,7 +575,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     const int row0 = m0 + c * 64 + row_in_wg;
     const int n_blocks = mask.n_blocks(m0, Cfg::block_m(), Cfg::block_n());
 
-    OnlineSoftmax<N / 2, Cfg::cond_rescale(), Cfg::exp2_emu_eighths(), Cfg::softmax_chains()> softmax;
+    OnlineSoftmax<N / 2, Cfg::cond_rescale(), Cfg::exp2_emu_eighths()> softmax;
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;

@@ -103,13 +103,9 @@ struct AttentionMask {
 // that P was actually computed against, so it stays exact. Exp2EmuEighths (0..8): that many of
 // every 8 exp2s of P (spread over the row: element k when (k * E) % 8 < E) use exp2_poly on the
 // FMA pipe instead of MUFU.EX2.
-// Chains (fwd v10 candidate): the row max and the row sum of a block as that many independent
-// partial chains combined at the end, instead of one chain 16 (max) / 32 (sum) operations deep
-// per row: the same instruction count, a shorter dependency path from S to the last exp2's sum.
-template <int NAcc, bool CondRescale = false, int Exp2EmuEighths = 0, int Chains = 1>
+template <int NAcc, bool CondRescale = false, int Exp2EmuEighths = 0>
 struct OnlineSoftmax {
   static_assert(Exp2EmuEighths >= 0 && Exp2EmuEighths <= 8, "emulated fraction in eighths");
-  static_assert(Chains == 1 || Chains == 2 || Chains == 4, "partial chains per row: 1, 2 or 4");
   static constexpr bool emulated(int k) { return (k * Exp2EmuEighths) % 8 < Exp2EmuEighths; }
 
   float row_max[2] = {-INFINITY, -INFINITY};
@@ -126,16 +122,9 @@ struct OnlineSoftmax {
     bool rescaled = !CondRescale;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      float part[Chains];  // chain 0 starts from the running max, the others from -inf
-      part[0] = row_max[i];
+      float mx = row_max[i];
 #pragma unroll
-      for (int c = 1; c < Chains; ++c) part[c] = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < M / 4; ++j)
-        part[j % Chains] = fmaxf(part[j % Chains], fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
-      float mx = part[0];
-#pragma unroll
-      for (int c = 1; c < Chains; ++c) mx = fmaxf(mx, part[c]);
+      for (int j = 0; j < M / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
       mx = quad_max(mx);
       float max_scaled;
       if constexpr (CondRescale) {
@@ -155,9 +144,7 @@ struct OnlineSoftmax {
         o_scale[i] = exp2_approx(row_max[i] * scale_log2 - max_scaled);
         row_max[i] = mx;
       }
-      float sum[Chains];
-#pragma unroll
-      for (int c = 0; c < Chains; ++c) sum[c] = 0.f;
+      float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < M / 4; ++j) {
 #pragma unroll
@@ -165,12 +152,10 @@ struct OnlineSoftmax {
           const float x = fmaf(s[4 * j + 2 * i + e], scale_log2, -max_scaled);
           const float p = emulated(2 * j + e) ? exp2_poly(x) : exp2_approx(x);
           s[4 * j + 2 * i + e] = p;
-          sum[(2 * j + e) % Chains] += p;
+          sum += p;
         }
       }
-#pragma unroll
-      for (int c = 1; c < Chains; ++c) sum[0] += sum[c];
-      row_sum[i] = row_sum[i] * o_scale[i] + sum[0];
+      row_sum[i] = row_sum[i] * o_scale[i] + sum;
     }
     return rescaled;
   }

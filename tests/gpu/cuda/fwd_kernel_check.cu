@@ -43,7 +43,7 @@ static int g_variant = 0;
 static int g_max_ctas = 0;  // --max-ctas N: persistent variants run many tiles per CTA
 static bool variant_built(int d, bool bf16, int v) {
   if (v == fa4::hopper::fwd_default_variant(d)) return true;
-  return bf16 && v >= 0 && v < fa4::hopper::fwd_variant_count(d);
+  return bf16 && v >= 0 && v < fa4::hopper::fwd_variant_count(d) && !fa4::hopper::fwd_variant_retired(d, v);
 }
 static std::string dispatch_variant(const FwdProblem& p, cudaStream_t stream) {
   switch (p.head_dim) {

@@ -35,7 +35,6 @@ std::string launch_fwd_hd128_variant(const FwdProblem& p, cudaStream_t stream, i
     case 13: return run<13>(p, stream);
     case 14: return run<14>(p, stream);
     case 15: return run<15>(p, stream);  // 0 + PhaseClocks (instrumentation)
-    case 16: return run<16>(p, stream);  // 14 + SoftmaxChains 4 (fwd v10)
     case 17: return run<17>(p, stream);  // 14 + TrimFirstPv (fwd v13)
     case 18: return run<18>(p, stream);  // 13 + PhaseClocks (instrumentation)
     default: return "hd128 has no forward variant " + std::to_string(variant);

@@ -25,7 +25,6 @@ std::string launch_fwd_hd256_variant(const FwdProblem& p, cudaStream_t stream, i
     case 3: return run<3>(p, stream);
     case 4: return run<4>(p, stream);
     case 5: return run<5>(p, stream);
-    case 6: return run<6>(p, stream);  // 5 + SoftmaxChains 4 (fwd v10)
     case 7: return run<7>(p, stream);  // 5 + TrimFirstPv (fwd v13)
     case 8: return run<8>(p, stream);  // 5 + WgSkip under the mask without KWaitFirst (fwd v13)
     default: return "hd256 has no forward variant " + std::to_string(variant);

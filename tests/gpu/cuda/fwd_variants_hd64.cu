@@ -37,7 +37,6 @@ std::string launch_fwd_hd64_variant(const FwdProblem& p, cudaStream_t stream, in
     case 12: return run<12>(p, stream);
     case 13: return run<13>(p, stream);
     case 14: return run<14>(p, stream);  // 12 + PhaseClocks (instrumentation)
-    case 15: return run<15>(p, stream);  // 12 + SoftmaxChains 4 (fwd v10)
     case 16: return run<16>(p, stream);  // 12 + WgSkip under the mask (fwd v11; the library's below seq_k 4097)
     default: return "hd64 has no forward variant " + std::to_string(variant);
   }
