@@ -57,8 +57,8 @@ struct FwdTile {
   // PhaseClocks (harness-only instrumentation, fwd_phase_clock.cuh): the consumer sums its cycles per
   // phase (issue-turn wait, issue, S wait, softmax, PV wait, epilogue, Q wait).
   static constexpr bool phase_clocks() { return PhaseClocks; }
-  // TrimFirstPv (fwd v13 candidate, with TrimFirst, plain kernel): the first block's PV also runs
-  // only its visible 16-key groups (the next step's issue half peeled into the width switch).
+  // TrimFirstPv (fwd v13, with TrimFirst): the first block's PV also runs only its visible 16-key
+  // groups (the loop's first step peeled into the width switch).
   static constexpr bool trim_first_pv() { return TrimFirstPv; }
   // One producer warpgroup (a single warp issues TMA; the rest only give registers back).
   static constexpr int threads() { return 128 * (1 + ConsumerWarpgroups); }
@@ -92,7 +92,7 @@ struct FwdTile {
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
 
   static_assert(Persist || !OInQ, "OInQ is a layout of the persistent kernel");
-  static_assert(!TrimFirstPv || (TrimFirst && !Persist), "TrimFirstPv extends TrimFirst in the plain kernel");
+  static_assert(!TrimFirstPv || TrimFirst, "TrimFirstPv extends TrimFirst");
   static_assert(!PhaseClocks || (!TrimFirst && !WgSkip), "PhaseClocks instruments the plain consumers (no first-block trim / skip)");
   static_assert(Exp2EmuEighths >= 0 && Exp2EmuEighths <= 8, "emulated exp2 fraction in eighths");
 };
@@ -158,13 +158,15 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //   hd128: 17 = 14 + TrimFirstPv   hd256: 7 = 5 + TrimFirstPv   (without a mask; causal as V0)
 //   hd128: 18 = 13 + PhaseClocks (instrumentation: where the persistent kernel's cycles go)
 //   hd256: 8 = 0 + WgSkip under the causal mask, without KWaitFirst (without the mask: V5)
+//   session 8: the persistent OInQ kernel with the first-block trims (without a mask; causal as V0):
+//   hd128: 19 = 7 + TrimFirst   20 = 19 + TrimFirstPv
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
 // seq 2048 (hd128 also 4096), neutral at 16384; their causal instantiations are V0's kernel
 // (TrimFirst under the mask measured -2 to -3.5% at every length: the first-block switch cost
 // the main loop instructions).
-constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 14 : head_dim == 256 ? 5 : 0; }
+constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 17 : head_dim == 256 ? 7 : 0; }
 // fwd v6: the persistent kernel where overlapping one tile's epilogue with the next tile's loads
 // pays, i.e. on short tiles. Measured at hd64 (session 3, kernel-only, drift-cancelled): V12 +7-8%
 // at seq 2048 with and without the mask, +3-7% causal at 4096, but -1 to -7% at 8192 and above;
@@ -175,7 +177,7 @@ constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 14 : 
 // the skip also ran there, so it does not).
 constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 16 : -1; }
 constexpr long long kFwdShortSeqK = 4096;
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 19 : 9; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 21 : 9; }
 // Variant numbers of removed experiments (not built; the numbers after them are kept).
 constexpr bool fwd_variant_retired(int head_dim, int v) {
   return (head_dim == 64 && v == 15) || (head_dim == 128 && v == 16) || (head_dim == 256 && v == 6);
@@ -207,12 +209,12 @@ struct FwdConfig<128, Causal, V>
               V == 4 ? 80 : (Causal || V == 1 || V == 6) ? 128 : V == 2 ? 192 : V == 8 ? 160 : 176, 2,
               /*QkStages=*/2, 24, V == 4 ? 160 : 240, /*WgSkip=*/V == 4 && !Causal, /*Lpt=*/V == 3,
               /*KWaitFirst=*/V == 4 || V == 5,
-              /*Persist=*/((V == 6 || V == 7 || V == 8) && !Causal) || V == 13 || V == 18,
-              /*OInQ=*/(V == 7 || V == 13 || V == 18) && !Causal, /*CondRescale=*/V == 9 || V == 11 || V == 12,
-              /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0,
-              /*TrimFirst=*/(V == 14 || V == 16 || V == 17) && !Causal, /*PhaseClocks=*/V == 15 || V == 18,
-              /*TrimFirstPv=*/V == 17 && !Causal> {
-  static_assert(V >= 0 && V <= 18, "hd128 variants are 0..18");
+              /*Persist=*/((V == 6 || V == 7 || V == 8 || V == 19 || V == 20) && !Causal) || V == 13 || V == 18,
+              /*OInQ=*/(V == 7 || V == 13 || V == 18 || V == 19 || V == 20) && !Causal,
+              /*CondRescale=*/V == 9 || V == 11 || V == 12, /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0,
+              /*TrimFirst=*/(V == 14 || V == 16 || V == 17 || V == 19 || V == 20) && !Causal,
+              /*PhaseClocks=*/V == 15 || V == 18, /*TrimFirstPv=*/(V == 17 || V == 20) && !Causal> {
+  static_assert(V >= 0 && V <= 20, "hd128 variants are 0..20");
 };
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).

@@ -301,6 +301,34 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
     const uint8_t* q_tile = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk
     int n = n_mine - 1;
     const int first_steps = Cfg::trim_first() ? visible_ksteps<Cfg>(mask, n, m0 + c * 64) : N / 16;
+    // One main-loop step: S for key block kb while O takes the previous block's P over its first
+    // pv_keys keys (block_n, or fewer for TrimFirstPv's partial first block).
+    auto step = [&](auto pv_keys, int kb) {
+      named_barrier_sync(sched_mine, kSchedThreads);
+      clk.tick(kPhaseSched);
+      issue_qk<T, Cfg>(s, q_tile, k);                            // S for block kb ...
+      issue_pv<T, Cfg, decltype(pv_keys)::value>(o, p, v);       // ... while O takes block kb + 1
+      named_barrier_arrive(sched_next, kSchedThreads);
+      clk.tick(kPhaseIssue);
+      wgmma_wait<1>();  // S done (groups retire in order), PV may still run
+      fence_regs(s);
+      clk.tick(kPhaseWaitS);
+      k.release(elected);
+      k.advance();
+      if (mask.block_needs_mask(kb, mask_m0, N)) mask.apply(s, kb * N, row0, lane);
+      const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
+      clk.tick(kPhaseSoftmax);
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(p);  // the RS wgmma read p asynchronously: keep its registers until here
+      clk.tick(kPhaseWaitPv);
+      v.release(elected);
+      v.advance();
+      rescale_o<Cfg>(o, o_scale, rescaled);
+#pragma unroll
+      for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+      clk.tick(kPhaseSoftmax);
+    };
 
     named_barrier_sync(sched_mine, kSchedThreads);
     if constexpr (Cfg::trim_first()) {
@@ -321,30 +349,8 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
           // TrimFirstPv: the loop's first step here, where NE is a constant, so this block's PV
           // runs only its NE / 16 visible k-steps. The whole step, waits included: with the
           // wgmmas still in flight where the switch's cases merge, ptxas moved accumulator
-          // registers under them and serialized every wgmma of the kernel (C7515). As the loop
-          // below (harness-only candidate: fold the two into one helper if it is adopted, which
-          // changes the library's SASS).
-          if (n > 0) {
-            named_barrier_sync(sched_mine, kSchedThreads);
-            issue_qk<T, Cfg, N, true>(s, q_tile, k);
-            issue_pv<T, Cfg, NE>(o, p, v);
-            named_barrier_arrive(sched_next, kSchedThreads);
-            --n;
-            wgmma_wait<1>();
-            fence_regs(s);
-            k.release(elected);
-            k.advance();
-            if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
-            const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
-            wgmma_wait<0>();
-            fence_regs(o);
-            fence_regs(p);
-            v.release(elected);
-            v.advance();
-            rescale_o<Cfg>(o, o_scale, rescaled);
-#pragma unroll
-            for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
-          }
+          // registers under them and serialized every wgmma of the kernel (C7515).
+          if (n > 0) step(width, --n);
         }
       });
     } else {
@@ -364,32 +370,7 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
       clk.tick(kPhaseSoftmax);
     }
 
-    for (--n; n >= 0; --n) {
-      named_barrier_sync(sched_mine, kSchedThreads);
-      clk.tick(kPhaseSched);
-      issue_qk<T, Cfg>(s, q_tile, k);  // S for block n ...
-      issue_pv<T, Cfg>(o, p, v);       // ... while O takes block n+1
-      named_barrier_arrive(sched_next, kSchedThreads);
-      clk.tick(kPhaseIssue);
-      wgmma_wait<1>();  // S done (groups retire in order), PV may still run
-      fence_regs(s);
-      clk.tick(kPhaseWaitS);
-      k.release(elected);
-      k.advance();
-      if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
-      const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
-      clk.tick(kPhaseSoftmax);
-      wgmma_wait<0>();
-      fence_regs(o);
-      fence_regs(p);  // the RS wgmma read p asynchronously: keep its registers until here
-      clk.tick(kPhaseWaitPv);
-      v.release(elected);
-      v.advance();
-      rescale_o<Cfg>(o, o_scale, rescaled);
-#pragma unroll
-      for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
-      clk.tick(kPhaseSoftmax);
-    }
+    for (--n; n >= 0; --n) step(std::integral_constant<int, N>{}, n);
     issue_pv<T, Cfg>(o, p, v);
     clk.tick(kPhaseIssue);
     wgmma_wait<0>();
@@ -603,6 +584,35 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     if (n_mine > 0) {
       int n = n_mine - 1;
       const int first_steps = Cfg::trim_first() ? visible_ksteps<Cfg>(mask, n, m0 + c * 64) : N / 16;
+      // One main-loop step, as fwd_consumer's (S for block kb while O takes block kb + 1 over its
+      // first pv_keys keys), plus the q_empty arrival after the tile's last S.
+      auto step = [&](auto pv_keys, int kb) {
+        named_barrier_sync(sched_mine, kSchedThreads);
+        clk.tick(kPhaseSched);
+        issue_qk<T, Cfg>(s, q_tile, k);
+        issue_pv<T, Cfg, decltype(pv_keys)::value>(o, p, v);
+        named_barrier_arrive(sched_next, kSchedThreads);
+        clk.tick(kPhaseIssue);
+        wgmma_wait<1>();  // S done (groups retire in order), PV may still run
+        fence_regs(s);
+        clk.tick(kPhaseWaitS);
+        k.release(elected);
+        k.advance();
+        if (!Cfg::o_in_q() && kb == 0 && elected) mbarrier_arrive(q_empty);
+        if (mask.block_needs_mask(kb, mask_m0, N)) mask.apply(s, kb * N, row0, lane);
+        const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
+        clk.tick(kPhaseSoftmax);
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_regs(p);
+        clk.tick(kPhaseWaitPv);
+        v.release(elected);
+        v.advance();
+        rescale_o<Cfg>(o, o_scale, rescaled);
+#pragma unroll
+        for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+        clk.tick(kPhaseSoftmax);
+      };
 
       named_barrier_sync(sched_mine, kSchedThreads);
       if constexpr (Cfg::trim_first()) {
@@ -620,6 +630,9 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
           softmax.update(sf, args.scale_log2, o_scale);
 #pragma unroll
           for (int q = 0; q < N / 4; ++q) p[q] = q < NE / 4 ? pack2<T>(sf[2 * q], sf[2 * q + 1]) : 0u;
+          if constexpr (Cfg::trim_first_pv()) {
+            if (n > 0) step(width, --n);  // as in fwd_consumer: the partial block's PV trimmed
+          }
         });
       } else {
         clk.tick(kPhaseSched);
@@ -639,33 +652,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
         clk.tick(kPhaseSoftmax);
       }
 
-      for (--n; n >= 0; --n) {
-        named_barrier_sync(sched_mine, kSchedThreads);
-        clk.tick(kPhaseSched);
-        issue_qk<T, Cfg>(s, q_tile, k);
-        issue_pv<T, Cfg>(o, p, v);
-        named_barrier_arrive(sched_next, kSchedThreads);
-        clk.tick(kPhaseIssue);
-        wgmma_wait<1>();  // S done (groups retire in order), PV may still run
-        fence_regs(s);
-        clk.tick(kPhaseWaitS);
-        k.release(elected);
-        k.advance();
-        if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);
-        if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
-        const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
-        clk.tick(kPhaseSoftmax);
-        wgmma_wait<0>();
-        fence_regs(o);
-        fence_regs(p);
-        clk.tick(kPhaseWaitPv);
-        v.release(elected);
-        v.advance();
-        rescale_o<Cfg>(o, o_scale, rescaled);
-#pragma unroll
-        for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
-        clk.tick(kPhaseSoftmax);
-      }
+      for (--n; n >= 0; --n) step(std::integral_constant<int, N>{}, n);
       issue_pv<T, Cfg>(o, p, v);
       clk.tick(kPhaseIssue);
       wgmma_wait<0>();
@@ -723,7 +710,6 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                           const FwdArgs args) {
   static_assert(Cfg::persist(), "persistent kernel needs the Persist layout (O buffer, Q-empty barrier)");
-  static_assert(!Cfg::trim_first_pv(), "TrimFirstPv is a schedule of the plain consumer");
   // A causal tile whose rows see no key skips the Q barriers and stages its zeros at once: with
   // OInQ that would overwrite a next Q the producer may already be loading.
   static_assert(!(Causal && Cfg::o_in_q()), "a causal persistent kernel needs its own O buffer (no OInQ)");

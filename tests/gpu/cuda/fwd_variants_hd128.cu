@@ -17,7 +17,7 @@ std::string run(const FwdProblem& p, cudaStream_t stream) {
 }  // namespace
 
 std::string launch_fwd_hd128_variant(const FwdProblem& p, cudaStream_t stream, int variant) {
-  static_assert(fwd_variant_count(128) == 19, "keep this switch in step with fwd_config.cuh");
+  static_assert(fwd_variant_count(128) == 21, "keep this switch in step with fwd_config.cuh");
   switch (variant) {
     case 0: return run<0>(p, stream);
     case 1: return run<1>(p, stream);
@@ -37,6 +37,8 @@ std::string launch_fwd_hd128_variant(const FwdProblem& p, cudaStream_t stream, i
     case 15: return run<15>(p, stream);  // 0 + PhaseClocks (instrumentation)
     case 17: return run<17>(p, stream);  // 14 + TrimFirstPv (fwd v13)
     case 18: return run<18>(p, stream);  // 13 + PhaseClocks (instrumentation)
+    case 19: return run<19>(p, stream);  // 7 + TrimFirst (persistent OInQ, session 8)
+    case 20: return run<20>(p, stream);  // 19 + TrimFirstPv
     default: return "hd128 has no forward variant " + std::to_string(variant);
   }
 }
