@@ -92,7 +92,7 @@ struct FwdTile {
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
 
   static_assert(Persist || !OInQ, "OInQ is a layout of the persistent kernel");
-  static_assert(!TrimFirstPv || TrimFirst, "TrimFirstPv extends TrimFirst");
+  static_assert(!TrimFirstPv || (TrimFirst && !Persist), "TrimFirstPv extends TrimFirst in the plain kernel");
   static_assert(!PhaseClocks || (!TrimFirst && !WgSkip), "PhaseClocks instruments the plain consumers (no first-block trim / skip)");
   static_assert(Exp2EmuEighths >= 0 && Exp2EmuEighths <= 8, "emulated exp2 fraction in eighths");
 };
@@ -154,18 +154,22 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //   fwd v11 (session 7; the persistent kernel skipping, per warpgroup, the causal diagonal's key
 //   blocks none of its 64 rows see -- warpgroup_block_count / pass_skipped_blocks, as the plain
 //   kernel's WgSkip):   hd64:  16 = 12 + WgSkip under the causal mask (without it: V12's kernel)
-//   fwd v13 candidates (TrimFirstPv: the first, partial block's PV over its visible keys only):
-//   hd128: 17 = 14 + TrimFirstPv   hd256: 7 = 5 + TrimFirstPv   (without a mask; causal as V0)
+//   fwd v13 (TrimFirstPv: the first, partial block's PV over its visible keys only; the defaults
+//   since session 8):   hd128: 17 = 14 + TrimFirstPv   hd256: 7 = 5 + TrimFirstPv   (without a
+//   mask; causal as V0)
 //   hd128: 18 = 13 + PhaseClocks (instrumentation: where the persistent kernel's cycles go)
 //   hd256: 8 = 0 + WgSkip under the causal mask, without KWaitFirst (without the mask: V5)
-//   session 8: the persistent OInQ kernel with the first-block trims (without a mask; causal as V0):
-//   hd128: 19 = 7 + TrimFirst   20 = 19 + TrimFirstPv
+//   session 8: hd128 19 = 7 + TrimFirst, 20 = 19 + TrimFirstPv (the persistent OInQ kernel with the
+//   first-block trims): -0.8 / -1.8% at 2k, -2 / -3.4% at 4k against V17; retired numbers (commit
+//   fcc5968 has them).
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
 // seq 2048 (hd128 also 4096), neutral at 16384; their causal instantiations are V0's kernel
 // (TrimFirst under the mask measured -2 to -3.5% at every length: the first-block switch cost
 // the main loop instructions).
+// fwd v13 (session 8): TrimFirstPv on top, the first block's PV trimmed as well, kernel-only
+// palindromic: hd128 non-causal 2k +1.9% (4k, 16k within noise), hd256 +4.2% / +4.5% at 2k / 4k.
 constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 17 : head_dim == 256 ? 7 : 0; }
 // fwd v6: the persistent kernel where overlapping one tile's epilogue with the next tile's loads
 // pays, i.e. on short tiles. Measured at hd64 (session 3, kernel-only, drift-cancelled): V12 +7-8%
@@ -180,7 +184,8 @@ constexpr long long kFwdShortSeqK = 4096;
 constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 21 : 9; }
 // Variant numbers of removed experiments (not built; the numbers after them are kept).
 constexpr bool fwd_variant_retired(int head_dim, int v) {
-  return (head_dim == 64 && v == 15) || (head_dim == 128 && v == 16) || (head_dim == 256 && v == 6);
+  return (head_dim == 64 && v == 15) || (head_dim == 128 && (v == 16 || v == 19 || v == 20)) ||
+         (head_dim == 256 && v == 6);
 }
 
 template <int HeadDim, bool Causal, int Variant = fwd_default_variant(HeadDim)>
@@ -209,11 +214,11 @@ struct FwdConfig<128, Causal, V>
               V == 4 ? 80 : (Causal || V == 1 || V == 6) ? 128 : V == 2 ? 192 : V == 8 ? 160 : 176, 2,
               /*QkStages=*/2, 24, V == 4 ? 160 : 240, /*WgSkip=*/V == 4 && !Causal, /*Lpt=*/V == 3,
               /*KWaitFirst=*/V == 4 || V == 5,
-              /*Persist=*/((V == 6 || V == 7 || V == 8 || V == 19 || V == 20) && !Causal) || V == 13 || V == 18,
-              /*OInQ=*/(V == 7 || V == 13 || V == 18 || V == 19 || V == 20) && !Causal,
+              /*Persist=*/((V == 6 || V == 7 || V == 8) && !Causal) || V == 13 || V == 18,
+              /*OInQ=*/(V == 7 || V == 13 || V == 18) && !Causal,
               /*CondRescale=*/V == 9 || V == 11 || V == 12, /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0,
-              /*TrimFirst=*/(V == 14 || V == 16 || V == 17 || V == 19 || V == 20) && !Causal,
-              /*PhaseClocks=*/V == 15 || V == 18, /*TrimFirstPv=*/(V == 17 || V == 20) && !Causal> {
+              /*TrimFirst=*/(V == 14 || V == 16 || V == 17) && !Causal,
+              /*PhaseClocks=*/V == 15 || V == 18, /*TrimFirstPv=*/V == 17 && !Causal> {
   static_assert(V >= 0 && V <= 20, "hd128 variants are 0..20");
 };
 

@@ -630,9 +630,6 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
           softmax.update(sf, args.scale_log2, o_scale);
 #pragma unroll
           for (int q = 0; q < N / 4; ++q) p[q] = q < NE / 4 ? pack2<T>(sf[2 * q], sf[2 * q + 1]) : 0u;
-          if constexpr (Cfg::trim_first_pv()) {
-            if (n > 0) step(width, --n);  // as in fwd_consumer: the partial block's PV trimmed
-          }
         });
       } else {
         clk.tick(kPhaseSched);

@@ -37,8 +37,6 @@ std::string launch_fwd_hd128_variant(const FwdProblem& p, cudaStream_t stream, i
     case 15: return run<15>(p, stream);  // 0 + PhaseClocks (instrumentation)
     case 17: return run<17>(p, stream);  // 14 + TrimFirstPv (fwd v13)
     case 18: return run<18>(p, stream);  // 13 + PhaseClocks (instrumentation)
-    case 19: return run<19>(p, stream);  // 7 + TrimFirst (persistent OInQ, session 8)
-    case 20: return run<20>(p, stream);  // 19 + TrimFirstPv
     default: return "hd128 has no forward variant " + std::to_string(variant);
   }
 }
