@@ -1,0 +1,28 @@
+#!/bin/bash
+# One device call (repo root, H200; carry .whl for FA3), ~3 minutes: why our short-sequence forward
+# loses more speed than cuDNN's under sustained load (session 8: hd64 causal 2k chain 0.357 ms per
+# call right after a pause vs 0.385 ms after the benchmark's 0.3 s warm-up; cuDNN 0.373 / 0.380;
+# kernel alone 319 vs 343 us). (1) benchmarks/clock_probe.py: per implementation, time per call,
+# SM clock, power, temperature and clock-event reasons in the first 100 ms and the steady state of
+# a 3 s back-to-back run (A B B A). (2) Nsight Compute, one launch each of ours and cuDNN's forward
+# kernel: executed instructions, pipe utilisation and memory traffic (energy per call proxies).
+T0=$SECONDS; el() { echo $((SECONDS-T0)); }
+export JAX_FA4_ENABLE_CUDA=ON XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=16
+OUT=${OUT:-/tmp/power_out}; mkdir -p "$OUT"; S=$OUT/summary.txt
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+python3 -m pip install --no-build-isolation -q . > /tmp/install.txt 2>&1; echo "[$(el)s] install rc=$?" >> $S
+nvidia-smi --query-gpu=name,power.limit,power.max_limit,clocks.max.sm,clocks.sm,temperature.gpu --format=csv >> $S 2>&1
+for a in "--impls jax_fa4,cudnn --head-dim 64 --seq 2048 --causal" "--impls jax_fa4,cudnn,fa3 --head-dim 128 --seq 2048" \
+         "--impls jax_fa4,cudnn --head-dim 128 --seq 16384"; do
+  timeout 100 python3 benchmarks/clock_probe.py $a --out $OUT/probe_$(echo $a | tr -dc 'a-z0-9' | tail -c 24).json >> $OUT/probe.txt 2>&1
+  echo "[$(el)s] clock_probe $a rc=$?" >> $S
+done
+grep -E "first .* late" $OUT/probe.txt >> $S
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+for a in "--head-dim 64 --seq 2048 --causal" "--head-dim 128 --seq 2048"; do for impl in jax_fa4 cudnn; do
+  f=$OUT/ncu_${impl}_$(echo $a | tr -dc 'a-z0-9').txt
+  timeout 60 $NCU --clock-control none -k "regex:fwd_kernel|fprop" -c 1 --section SpeedOfLight --section InstructionStats \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis python3 benchmarks/profile_kernels.py --impl $impl --pass fwd --calls 1 $a > $f 2>&1
+  echo "[$(el)s] ncu $impl $a rc=$? $(grep -E 'Duration|SM Frequency|Executed Instructions  |Issue Slots Busy|Memory Throughput|L2 Hit|Mem Busy' $f | tr -s ' ' | tr '\n' ';')" >> $S
+done; done
+cat $S
