@@ -6,6 +6,10 @@
 # SM clock, power, temperature and clock-event reasons in the first 100 ms and the steady state of
 # a 3 s back-to-back run (A B B A). (2) Nsight Compute, one launch each of ours and cuDNN's forward
 # kernel: executed instructions, pipe utilisation and memory traffic (energy per call proxies).
+# (3) Kernel-only (sustained: the harness warms up 0.3 s and never idles long), hd128 non-causal
+# 2k / 4k: the library's V17 beside the persistent kernels with their own O buffer, V6 (128 x 128)
+# and V8 (128 x 160), the layout closest to cuDNN's (persistent, 128-key blocks, 232 KB).
+# ~4.5 minutes in all.
 T0=$SECONDS; el() { echo $((SECONDS-T0)); }
 export JAX_FA4_ENABLE_CUDA=ON XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=16
 OUT=${OUT:-/tmp/power_out}; mkdir -p "$OUT"; S=$OUT/summary.txt
@@ -25,4 +29,9 @@ for a in "--head-dim 64 --seq 2048 --causal" "--head-dim 128 --seq 2048"; do for
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis python3 benchmarks/profile_kernels.py --impl $impl --pass fwd --calls 1 $a > $f 2>&1
   echo "[$(el)s] ncu $impl $a rc=$? $(grep -E 'Duration|SM Frequency|Executed Instructions  |Issue Slots Busy|Memory Throughput|L2 Hit|Mem Busy' $f | tr -s ' ' | tr '\n' ';')" >> $S
 done; done
+. cuda/hopper/harness_build.sh
+build_fwd_harness; echo "[$(el)s] fwd harness built rc=$?" >> $S
+timeout 60 /tmp/f/chk --no-check --bench --hd 128 --seqs 2048,4096 --variants 17,6,8,8,6,17 > $OUT/bench.txt 2>&1
+echo "[$(el)s] bench hd128 V17/V6/V8 rc=$? (non-causal rows count; causal = V0 in all)" >> $S
+python3 cuda/hopper/palindrome.py $OUT/bench.txt >> $S
 cat $S
