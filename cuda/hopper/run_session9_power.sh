@@ -31,6 +31,7 @@ for a in "--head-dim 64 --seq 2048 --causal" "--head-dim 128 --seq 2048"; do for
 done; done
 . cuda/hopper/harness_build.sh
 build_fwd_harness; echo "[$(el)s] fwd harness built rc=$?" >> $S
+timeout 60 /tmp/f/chk --hd 128 --variants 6,8 > $OUT/check.txt 2>&1; echo "[$(el)s] check V6,V8 rc=$? $(grep 'cases passed' $OUT/check.txt)" >> $S
 timeout 60 /tmp/f/chk --no-check --bench --hd 128 --seqs 2048,4096 --variants 17,6,8,8,6,17 > $OUT/bench.txt 2>&1
 echo "[$(el)s] bench hd128 V17/V6/V8 rc=$? (non-causal rows count; causal = V0 in all)" >> $S
 python3 cuda/hopper/palindrome.py $OUT/bench.txt >> $S
