@@ -584,6 +584,35 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     if (n_mine > 0) {
       int n = n_mine - 1;
       const int first_steps = Cfg::trim_first() ? visible_ksteps<Cfg>(mask, n, m0 + c * 64) : N / 16;
+      // One main-loop step, as fwd_consumer's (S for block kb while O takes block kb + 1 over its
+      // first pv_keys keys), plus the q_empty arrival after the tile's last S.
+      auto step = [&](auto pv_keys, int kb) {
+        named_barrier_sync(sched_mine, kSchedThreads);
+        clk.tick(kPhaseSched);
+        issue_qk<T, Cfg>(s, q_tile, k);
+        issue_pv<T, Cfg, decltype(pv_keys)::value>(o, p, v);
+        named_barrier_arrive(sched_next, kSchedThreads);
+        clk.tick(kPhaseIssue);
+        wgmma_wait<1>();  // S done (groups retire in order), PV may still run
+        fence_regs(s);
+        clk.tick(kPhaseWaitS);
+        k.release(elected);
+        k.advance();
+        if (!Cfg::o_in_q() && kb == 0 && elected) mbarrier_arrive(q_empty);
+        if (mask.block_needs_mask(kb, mask_m0, N)) mask.apply(s, kb * N, row0, lane);
+        const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
+        clk.tick(kPhaseSoftmax);
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_regs(p);
+        clk.tick(kPhaseWaitPv);
+        v.release(elected);
+        v.advance();
+        rescale_o<Cfg>(o, o_scale, rescaled);
+#pragma unroll
+        for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+        clk.tick(kPhaseSoftmax);
+      };
 
       named_barrier_sync(sched_mine, kSchedThreads);
       if constexpr (Cfg::trim_first()) {
@@ -620,33 +649,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
         clk.tick(kPhaseSoftmax);
       }
 
-      for (--n; n >= 0; --n) {
-        named_barrier_sync(sched_mine, kSchedThreads);
-        clk.tick(kPhaseSched);
-        issue_qk<T, Cfg>(s, q_tile, k);
-        issue_pv<T, Cfg>(o, p, v);
-        named_barrier_arrive(sched_next, kSchedThreads);
-        clk.tick(kPhaseIssue);
-        wgmma_wait<1>();  // S done (groups retire in order), PV may still run
-        fence_regs(s);
-        clk.tick(kPhaseWaitS);
-        k.release(elected);
-        k.advance();
-        if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);
-        if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
-        const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
-        clk.tick(kPhaseSoftmax);
-        wgmma_wait<0>();
-        fence_regs(o);
-        fence_regs(p);
-        clk.tick(kPhaseWaitPv);
-        v.release(elected);
-        v.advance();
-        rescale_o<Cfg>(o, o_scale, rescaled);
-#pragma unroll
-        for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
-        clk.tick(kPhaseSoftmax);
-      }
+      for (--n; n >= 0; --n) step(std::integral_constant<int, N>{}, n);
       issue_pv<T, Cfg>(o, p, v);
       clk.tick(kPhaseIssue);
       wgmma_wait<0>();
