@@ -162,6 +162,8 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //   session 8: hd128 19 = 7 + TrimFirst, 20 = 19 + TrimFirstPv (the persistent OInQ kernel with the
 //   first-block trims): -0.8 / -1.8% at 2k, -2 / -3.4% at 4k against V17; retired numbers (commit
 //   fcc5968 has them).
+//   hd128: 21 = 6 + PhaseClocks, 22 = 8 + PhaseClocks (instrumentation: do the persistent kernels
+//   with their own O buffer hide the Q wait and the store that OInQ (V18) cannot?)
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
@@ -181,7 +183,7 @@ constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 17 : 
 // the skip also ran there, so it does not).
 constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 16 : -1; }
 constexpr long long kFwdShortSeqK = 4096;
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 21 : 9; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 23 : 9; }
 // Variant numbers of removed experiments (not built; the numbers after them are kept).
 constexpr bool fwd_variant_retired(int head_dim, int v) {
   return (head_dim == 64 && v == 15) || (head_dim == 128 && (v == 16 || v == 19 || v == 20)) ||
@@ -211,15 +213,15 @@ struct FwdConfig<64, Causal, V>
 template <bool Causal, int V>
 struct FwdConfig<128, Causal, V>
     : FwdTile<128, V == 4 ? 3 : 2,
-              V == 4 ? 80 : (Causal || V == 1 || V == 6) ? 128 : V == 2 ? 192 : V == 8 ? 160 : 176, 2,
+              V == 4 ? 80 : (Causal || V == 1 || V == 6 || V == 21) ? 128 : V == 2 ? 192 : (V == 8 || V == 22) ? 160 : 176, 2,
               /*QkStages=*/2, 24, V == 4 ? 160 : 240, /*WgSkip=*/V == 4 && !Causal, /*Lpt=*/V == 3,
               /*KWaitFirst=*/V == 4 || V == 5,
-              /*Persist=*/((V == 6 || V == 7 || V == 8) && !Causal) || V == 13 || V == 18,
+              /*Persist=*/((V == 6 || V == 7 || V == 8 || V == 21 || V == 22) && !Causal) || V == 13 || V == 18,
               /*OInQ=*/(V == 7 || V == 13 || V == 18) && !Causal,
               /*CondRescale=*/V == 9 || V == 11 || V == 12, /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0,
               /*TrimFirst=*/(V == 14 || V == 16 || V == 17) && !Causal,
-              /*PhaseClocks=*/V == 15 || V == 18, /*TrimFirstPv=*/V == 17 && !Causal> {
-  static_assert(V >= 0 && V <= 20, "hd128 variants are 0..20");
+              /*PhaseClocks=*/V == 15 || V == 18 || V == 21 || V == 22, /*TrimFirstPv=*/V == 17 && !Causal> {
+  static_assert(V >= 0 && V <= 22, "hd128 variants are 0..22");
 };
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).
