@@ -5,7 +5,8 @@ named-barrier protocols (producer rings, issue tokens, warpgroup skipping, persi
 random interleavings and assert: no deadlock, no stage refilled while read, every block reads its
 own tile. A protocol change in cuda/hopper that breaks them fails here before it reaches a GPU.
 Also checked: the models still catch a protocol bug they once found (a skipped warpgroup's last V
-stage released without waiting for it to fill).
+stage released without waiting for it to fill), and a next Q loaded into a buffer still read
+(the two-Q-buffer persistent kernel).
 """
 
 from __future__ import annotations
@@ -60,3 +61,22 @@ def test_forward_persistent_model_catches_an_unwaited_release() -> None:
 
 def test_backward_protocol_model() -> None:
     assert _load("bwd_protocol_model").main() == 0
+
+
+def test_forward_persistent_model_catches_a_next_q_loaded_too_early() -> None:
+    """Two Q buffers (hd128 V23): the model with the producer's wait for the other buffer's
+    release removed fails (the next tile's Q would overwrite a Q still being read)."""
+    source = (_MODELS / "fwd_protocol_model.py").read_text()
+    good = """            while not q_empty[b].done(q_phase[b] ^ 1):
+                yield
+            q_phase[b] ^= 1"""
+    assert source.count(good) == 1, "the model's Q-load wait moved: update this test"
+    buggy = source.replace(good, "            q_phase[b] ^= 1")
+    namespace: dict = {"__name__": "fwd_protocol_model_mutant_q"}
+    exec(compile(buggy, "fwd_protocol_model_mutant_q", "exec"), namespace)
+    rng = random.Random(5)
+    with pytest.raises(AssertionError):
+        for W in (2, 3):
+            for stages in (2, 3):
+                for _ in range(200):
+                    namespace["simulate_persistent"](W, 3, 5, stages, rng, False, True, True, 2)

@@ -29,7 +29,7 @@ template <int HeadDim, int ConsumerWarpgroups, int BlockN, int KvStages, int QkS
           int ProducerRegs, int ConsumerRegs, bool WgSkip = false, bool Lpt = false,
           bool KWaitFirst = WgSkip, bool Persist = false, bool OInQ = false,
           bool CondRescale = false, int Exp2EmuEighths = 0, bool TrimFirst = false, bool PhaseClocks = false,
-          bool TrimFirstPv = false>
+          bool TrimFirstPv = false, int QStages = 1>
 struct FwdTile {
   // Rows of Q per consumer warpgroup: one wgmma m64 row block.
   static constexpr int rows_per_warpgroup() { return 64; }
@@ -60,6 +60,9 @@ struct FwdTile {
   // TrimFirstPv (fwd v13, with TrimFirst): the first block's PV also runs only its visible 16-key
   // groups (the loop's first step peeled into the width switch).
   static constexpr bool trim_first_pv() { return TrimFirstPv; }
+  // QStages (persistent kernel with an O buffer): Q buffers. With 2 the producer loads the next
+  // tile's Q into the other buffer as soon as the tile before released it, a whole tile ahead.
+  static constexpr int q_stages() { return QStages; }
   // One producer warpgroup (a single warp issues TMA; the rest only give registers back).
   static constexpr int threads() { return 128 * (1 + ConsumerWarpgroups); }
   // TMA boxes and 128B-swizzle atoms are 64 two-byte columns wide.
@@ -71,14 +74,14 @@ struct FwdTile {
   static constexpr uint32_t chunk_bytes_q() { return uint32_t(block_m()) * 128; }
   static constexpr uint32_t chunk_bytes_kv() { return uint32_t(BlockN) * 128; }
   static constexpr uint32_t q_offset() { return 0; }
-  static constexpr uint32_t k_offset() { return q_bytes(); }
+  static constexpr uint32_t k_offset() { return QStages * q_bytes(); }
   static constexpr uint32_t v_offset() { return k_offset() + KvStages * kv_tile_bytes(); }
-  // Persist: O's staging buffer (laid out like Q), then one more barrier (Q-empty).
+  // Persist: O's staging buffer (laid out like Q), then one more barrier per Q buffer (Q-empty).
   static constexpr uint32_t o_offset() { return v_offset() + KvStages * kv_tile_bytes(); }
   static constexpr uint32_t o_bytes() { return Persist && !OInQ ? q_bytes() : 0; }
   static constexpr uint32_t barrier_offset() { return o_offset() + o_bytes(); }
   static constexpr uint32_t barrier_bytes() {
-    return 8 * (1 + KvStages * (QkStages + 1) + 2 * KvStages + (Persist ? 1 : 0));
+    return 8 * (QStages + KvStages * (QkStages + 1) + 2 * KvStages + (Persist ? QStages : 0));
   }
   // +1024: the dynamic smem base is only 16-byte aligned, swizzle atoms need 1024.
   static constexpr uint32_t smem_bytes() { return barrier_offset() + barrier_bytes() + 1024; }
@@ -92,6 +95,7 @@ struct FwdTile {
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
 
   static_assert(Persist || !OInQ, "OInQ is a layout of the persistent kernel");
+  static_assert(QStages == 1 || (QStages == 2 && Persist && !OInQ), "two Q buffers: the persistent kernel with an O buffer");
   static_assert(!TrimFirstPv || (TrimFirst && !Persist), "TrimFirstPv extends TrimFirst in the plain kernel");
   static_assert(!PhaseClocks || (!TrimFirst && !WgSkip), "PhaseClocks instruments the plain consumers (no first-block trim / skip)");
   static_assert(Exp2EmuEighths >= 0 && Exp2EmuEighths <= 8, "emulated exp2 fraction in eighths");
@@ -164,6 +168,8 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
 //   fcc5968 has them).
 //   hd128: 21 = 6 + PhaseClocks, 22 = 8 + PhaseClocks (instrumentation: do the persistent kernels
 //   with their own O buffer hide the Q wait and the store that OInQ (V18) cannot?)
+//   hd128: 23 = 6 + 2 Q buffers (the next tile's Q a whole tile ahead; 193 KB, cuDNN's kernel uses
+//   232 KB with 128-key blocks)   24 = 23 + PhaseClocks
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
@@ -183,7 +189,7 @@ constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 17 : 
 // the skip also ran there, so it does not).
 constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 16 : -1; }
 constexpr long long kFwdShortSeqK = 4096;
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 23 : 9; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 25 : 9; }
 // Variant numbers of removed experiments (not built; the numbers after them are kept).
 constexpr bool fwd_variant_retired(int head_dim, int v) {
   return (head_dim == 64 && v == 15) || (head_dim == 128 && (v == 16 || v == 19 || v == 20)) ||
@@ -213,15 +219,17 @@ struct FwdConfig<64, Causal, V>
 template <bool Causal, int V>
 struct FwdConfig<128, Causal, V>
     : FwdTile<128, V == 4 ? 3 : 2,
-              V == 4 ? 80 : (Causal || V == 1 || V == 6 || V == 21) ? 128 : V == 2 ? 192 : (V == 8 || V == 22) ? 160 : 176, 2,
+              V == 4 ? 80 : (Causal || V == 1 || V == 6 || V == 21 || V == 23 || V == 24) ? 128 : V == 2 ? 192
+                  : (V == 8 || V == 22) ? 160 : 176, 2,
               /*QkStages=*/2, 24, V == 4 ? 160 : 240, /*WgSkip=*/V == 4 && !Causal, /*Lpt=*/V == 3,
               /*KWaitFirst=*/V == 4 || V == 5,
-              /*Persist=*/((V == 6 || V == 7 || V == 8 || V == 21 || V == 22) && !Causal) || V == 13 || V == 18,
+              /*Persist=*/((V == 6 || V == 7 || V == 8 || (V >= 21 && V <= 24)) && !Causal) || V == 13 || V == 18,
               /*OInQ=*/(V == 7 || V == 13 || V == 18) && !Causal,
               /*CondRescale=*/V == 9 || V == 11 || V == 12, /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0,
               /*TrimFirst=*/(V == 14 || V == 16 || V == 17) && !Causal,
-              /*PhaseClocks=*/V == 15 || V == 18 || V == 21 || V == 22, /*TrimFirstPv=*/V == 17 && !Causal> {
-  static_assert(V >= 0 && V <= 22, "hd128 variants are 0..22");
+              /*PhaseClocks=*/V == 15 || V == 18 || V == 21 || V == 22 || V == 24, /*TrimFirstPv=*/V == 17 && !Causal,
+              /*QStages=*/(V == 23 || V == 24) && !Causal ? 2 : 1> {
+  static_assert(V >= 0 && V <= 24, "hd128 variants are 0..24");
 };
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).

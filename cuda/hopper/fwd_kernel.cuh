@@ -521,6 +521,13 @@ __device__ __forceinline__ bool persistent_tile(int r, int num_tiles, const FwdA
 // OInQ: sO is the Q buffer (a warpgroup overwrites only its own 64 Q rows, after its last wgmma
 // retired); the q_empty arrival moves from the last S to after the warpgroup's O store has read
 // those rows, so only K/V (not Q) of the next tile load during the epilogue.
+// Q buffer b's parity in a mask with one bit per buffer (one buffer: the mask is its bit, so the
+// single-buffer kernels compile as before the second buffer existed).
+template <class Cfg>
+__device__ __forceinline__ uint32_t q_parity(uint32_t bits, int b) {
+  return Cfg::q_stages() == 1 ? bits : (bits >> b) & 1u;
+}
+
 template <class T, class Cfg, bool Causal>
 __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint8_t* sO, uint64_t* q_full, uint64_t* q_empty,
                                                         uint8_t* sK, uint8_t* sV,
@@ -538,11 +545,12 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
   const uint32_t sched_mine = kBarSched + c;
   const uint32_t sched_next = kBarSched + (c + 1) % W;
   const AttentionMask<Causal> mask{args.seq_q, args.seq_k};
-  const uint8_t* q_tile = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk
+  const uint8_t* q_rows = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk of Q buffer 0
 
   TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
   TmaConsumerPipeline<T, Cfg, false> v(v_bars, sV);
-  uint32_t q_phase = 0;
+  uint32_t q_phase = 0;  // bit b: the parity of Q buffer b's next q_full phase
+  int q_slot = 0;        // the Q buffer of the next tile that has keys (they take turns)
   PhaseClock<Cfg::phase_clocks()> clk;  // harness instrumentation (fwd_phase_clock.cuh); empty when off
 
   if (c == W - 1) named_barrier_arrive(kBarSched, kSchedThreads);
@@ -572,13 +580,16 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     constexpr bool kSkip = Cfg::wg_skip();
     const int mask_m0 = kSkip ? m0 + c * 64 : m0;
     const int n_mine = warpgroup_block_count<Cfg>(mask, m0, c, args.seq_q, n_blocks);
+    const int slot = q_slot;
+    const uint8_t* q_tile = q_rows + slot * Cfg::q_bytes();
     if (n_blocks > 0) {
-      mbarrier_wait(q_full, q_phase);
-      q_phase ^= 1;
+      mbarrier_wait(q_full + slot, q_parity<Cfg>(q_phase, slot));
+      q_phase ^= 1u << slot;
+      q_slot = (slot + 1) % Cfg::q_stages();
     }
     clk.tick(kPhaseWaitQ);
     if constexpr (kSkip) {
-      if (!Cfg::o_in_q() && n_mine == 0 && n_blocks > 0 && elected) mbarrier_arrive(q_empty);
+      if (!Cfg::o_in_q() && n_mine == 0 && n_blocks > 0 && elected) mbarrier_arrive(q_empty + slot);
       pass_skipped_blocks<Cfg>(k, v, n_blocks, n_mine, sched_mine, sched_next, elected);
     }
     if (n_mine > 0) {
@@ -598,7 +609,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
         clk.tick(kPhaseWaitS);
         k.release(elected);
         k.advance();
-        if (!Cfg::o_in_q() && kb == 0 && elected) mbarrier_arrive(q_empty);
+        if (!Cfg::o_in_q() && kb == 0 && elected) mbarrier_arrive(q_empty + slot);
         if (mask.block_needs_mask(kb, mask_m0, N)) mask.apply(s, kb * N, row0, lane);
         const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
         clk.tick(kPhaseSoftmax);
@@ -625,7 +636,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
           fence_regs(sf);
           k.release(elected);
           k.advance();
-          if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);  // last read of Q retired
+          if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty + slot);  // last read of Q retired
           if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(sf, n * N, row0, lane);
           softmax.update(sf, args.scale_log2, o_scale);
 #pragma unroll
@@ -641,7 +652,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
         clk.tick(kPhaseWaitS);
         k.release(elected);
         k.advance();
-        if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty);  // last read of Q retired
+        if (!Cfg::o_in_q() && n == 0 && elected) mbarrier_arrive(q_empty + slot);  // last read of Q retired
         if (mask.block_needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
         softmax.update(s, args.scale_log2, o_scale);
 #pragma unroll
@@ -683,7 +694,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
       // all 128 threads are behind the epilogue barrier and fence.proxy.async above).
       if (elected && n_blocks > 0) {
         tma_store_wait_read_all();
-        mbarrier_arrive(q_empty);
+        mbarrier_arrive(q_empty + slot);
       }
     }
     if ((lane & 3) == 0) {
@@ -718,10 +729,10 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   uint8_t* sK = smem + Cfg::k_offset();
   uint8_t* sV = smem + Cfg::v_offset();
   uint8_t* sO = Cfg::o_in_q() ? sQ : smem + Cfg::o_offset();
-  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
-  auto* k_bars = reinterpret_cast<typename KCons::Staged::Barriers*>(q_full + 1);
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());  // [q_stages]
+  auto* k_bars = reinterpret_cast<typename KCons::Staged::Barriers*>(q_full + Cfg::q_stages());
   auto* v_bars = reinterpret_cast<typename VCons::Staged::Barriers*>(k_bars + 1);
-  uint64_t* q_empty = reinterpret_cast<uint64_t*>(v_bars + 1);
+  uint64_t* q_empty = reinterpret_cast<uint64_t*>(v_bars + 1);  // [q_stages]
   const AttentionMask<Causal> mask{args.seq_q, args.seq_k};
   const int num_tiles = args.m_blocks * args.heads_q * args.batch;
   const int wg = threadIdx.x / 128;
@@ -731,8 +742,11 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     tma_prefetch_map(&tm_k);
     tma_prefetch_map(&tm_v);
     tma_prefetch_map(&tm_o);
-    mbarrier_init(q_full, 1);
-    mbarrier_init(q_empty, Cfg::consumer_warpgroups());
+#pragma unroll
+    for (int b = 0; b < Cfg::q_stages(); ++b) {
+      mbarrier_init(q_full + b, 1);
+      mbarrier_init(q_empty + b, Cfg::consumer_warpgroups());
+    }
     KCons::Staged::init(k_bars, Cfg::consumer_warpgroups());
     VCons::Staged::init(v_bars, Cfg::consumer_warpgroups());
     fence_mbarrier_init();
@@ -745,7 +759,21 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
       constexpr int N = Cfg::block_n();
       TmaProducerPipeline<T, Cfg, true> k(k_bars, sK);
       TmaProducerPipeline<T, Cfg, false> v(v_bars, sV);
-      uint32_t q_phase = 0;
+      uint32_t q_phase = 0;  // bit b: Q buffer b's q_empty phases waited for so far, mod 2
+      // Q of a tile into buffer `slot` once the tile that used that buffer last released it (a
+      // fresh barrier passes parity 1 at once, as the rings' empty barriers).
+      auto load_q = [&](int slot, int q_m0, int q_head, int q_batch) {
+        mbarrier_wait(q_empty + slot, q_parity<Cfg>(q_phase, slot) ^ 1);
+        q_phase ^= 1u << slot;
+        mbarrier_arrive_expect_tx(q_full + slot, Cfg::q_bytes());
+#pragma unroll
+        for (int c = 0; c < Cfg::chunks(); ++c) {
+          tma_load_4d(sQ + slot * Cfg::q_bytes() + c * Cfg::chunk_bytes_q(), &tm_q, q_full + slot, c * 64, q_m0,
+                      q_head, q_batch);
+        }
+      };
+      int q_slot = 0;         // this tile's Q buffer (the tiles with keys take turns)
+      bool q_loaded = false;  // two buffers: this tile's Q was loaded during the previous tile
       FwdTileCoord tc;
       for (int r = 0; persistent_tile<Causal>(r, num_tiles, args, tc); ++r) {
         const int m0 = tc.m_block * Cfg::block_m();
@@ -757,14 +785,31 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
         int n = n_blocks - 1;
         // The first K may land while the consumers still read the previous tile's Q ...
         k.load(&tm_k, n * N, kv_head, batch);
-        // ... Q only once every consumer warpgroup's last S of the previous tile retired (a fresh
-        // barrier passes parity 1 at once, as the rings' empty barriers).
-        mbarrier_wait(q_empty, q_phase ^ 1);
-        q_phase ^= 1;
-        mbarrier_arrive_expect_tx(q_full, Cfg::q_bytes());
+        if constexpr (Cfg::q_stages() == 1) {
+          // ... Q only once every consumer warpgroup's last S of the previous tile retired (written
+          // out, not through load_q: the lambda changed the single-buffer kernels' scheduling).
+          mbarrier_wait(q_empty, q_phase ^ 1);
+          q_phase ^= 1;
+          mbarrier_arrive_expect_tx(q_full, Cfg::q_bytes());
 #pragma unroll
-        for (int c = 0; c < Cfg::chunks(); ++c) {
-          tma_load_4d(sQ + c * Cfg::chunk_bytes_q(), &tm_q, q_full, c * 64, m0, head, batch);
+          for (int c = 0; c < Cfg::chunks(); ++c) {
+            tma_load_4d(sQ + c * Cfg::chunk_bytes_q(), &tm_q, q_full, c * 64, m0, head, batch);
+          }
+        } else {
+          // ... this Q is already loading (but the first tile's); the next tile's goes into the
+          // other buffer once the tile before this one released it: a whole tile ahead.
+          if (!q_loaded) load_q(q_slot, m0, head, batch);
+          q_loaded = false;
+          FwdTileCoord tn;
+          for (int rn = r + 1; persistent_tile<Causal>(rn, num_tiles, args, tn); ++rn) {
+            const int tn_m0 = tn.m_block * Cfg::block_m();
+            if (mask.n_blocks(tn_m0, Cfg::block_m(), Cfg::block_n()) > 0) {
+              load_q(q_slot ^ 1, tn_m0, tn.head, tn.batch);
+              q_loaded = true;
+              break;
+            }
+          }
+          q_slot ^= 1;
         }
         for (; n > 0; --n) {
           k.load(&tm_k, (n - 1) * N, kv_head, batch);

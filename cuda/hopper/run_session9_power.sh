@@ -10,7 +10,9 @@
 # 2k / 4k: the library's V17 beside the persistent kernels with their own O buffer, V6 (128 x 128)
 # and V8 (128 x 160), the layout closest to cuDNN's (persistent, 128-key blocks, 232 KB).
 # Then V21 / V22 (= V6 / V8 + PhaseClocks): does the O buffer hide the Q wait and the store that
-# OInQ (V18: Q wait 4.8% + epilogue 4.2% of a 2k tile) cannot? ~5 minutes in all.
+# OInQ (V18: Q wait 4.8% + epilogue 4.2% of a 2k tile) cannot? And V23 = V6 + a second Q buffer
+# (the next tile's Q a whole tile ahead, as cuDNN's 232 KB suggests), checked with all, 3 and 1
+# CTAs, timed beside them, V24 its phases. ~5.5 minutes in all.
 T0=$SECONDS; el() { echo $((SECONDS-T0)); }
 export JAX_FA4_ENABLE_CUDA=ON XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=16
 OUT=${OUT:-/tmp/power_out}; mkdir -p "$OUT"; S=$OUT/summary.txt
@@ -32,11 +34,14 @@ for a in "--head-dim 64 --seq 2048 --causal" "--head-dim 128 --seq 2048"; do for
 done; done
 . cuda/hopper/harness_build.sh
 build_fwd_harness; echo "[$(el)s] fwd harness built rc=$?" >> $S
-timeout 60 /tmp/f/chk --hd 128 --variants 6,8 > $OUT/check.txt 2>&1; echo "[$(el)s] check V6,V8 rc=$? $(grep 'cases passed' $OUT/check.txt)" >> $S
-timeout 60 /tmp/f/chk --no-check --bench --hd 128 --seqs 2048,4096 --variants 17,6,8,8,6,17 > $OUT/bench.txt 2>&1
-echo "[$(el)s] bench hd128 V17/V6/V8 rc=$? (non-causal rows count; causal = V0 in all)" >> $S
-timeout 60 /tmp/f/chk --no-check --bench --hd 128 --seqs 2048,16384 --variants 21,22 >> $OUT/bench.txt 2>&1
-echo "[$(el)s] phases hd128 V21 (= V6) / V22 (= V8) rc=$?" >> $S
+timeout 90 /tmp/f/chk --hd 128 --variants 6,8,23 > $OUT/check.txt 2>&1; echo "[$(el)s] check V6,V8,V23 rc=$? $(grep 'cases passed' $OUT/check.txt)" >> $S
+timeout 60 /tmp/f/chk --hd 128 --variants 23 --max-ctas 3 >> $OUT/check.txt 2>&1; echo "[$(el)s] check V23 max-ctas 3 rc=$? $(grep 'cases passed' $OUT/check.txt | tail -1)" >> $S
+timeout 60 /tmp/f/chk --hd 128 --variants 23 --max-ctas 1 >> $OUT/check.txt 2>&1; echo "[$(el)s] check V23 max-ctas 1 rc=$? $(grep 'cases passed' $OUT/check.txt | tail -1)" >> $S
+grep -E "^FAIL" $OUT/check.txt | head -5 >> $S
+timeout 60 /tmp/f/chk --no-check --bench --hd 128 --seqs 2048,4096 --variants 17,6,8,23,23,8,6,17 > $OUT/bench.txt 2>&1
+echo "[$(el)s] bench hd128 V17/V6/V8/V23 rc=$? (non-causal rows count; causal = V0 in all)" >> $S
+timeout 60 /tmp/f/chk --no-check --bench --hd 128 --seqs 2048,16384 --variants 21,22,24 >> $OUT/bench.txt 2>&1
+echo "[$(el)s] phases hd128 V21 (= V6) / V22 (= V8) / V24 (= V23) rc=$?" >> $S
 grep -E "^ +128 +no |phases" $OUT/bench.txt >> $S
 python3 cuda/hopper/palindrome.py $OUT/bench.txt >> $S
 cat $S

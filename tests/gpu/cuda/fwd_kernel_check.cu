@@ -31,7 +31,7 @@ std::string launch_fwd_hd64_variant(const FwdProblem&, cudaStream_t, int variant
 std::string launch_fwd_hd128_variant(const FwdProblem&, cudaStream_t, int variant);
 std::string launch_fwd_hd256_variant(const FwdProblem&, cudaStream_t, int variant);
 std::string fwd_hd64_phase_clocks(unsigned long long* out);   // variant 14's counters (read + clear)
-std::string fwd_hd128_phase_clocks(unsigned long long* out);  // variants 15 / 18 / 21 / 22's counters (read + clear)
+std::string fwd_hd128_phase_clocks(unsigned long long* out);  // variants 15 / 18 / 21 / 22 / 24's counters (read + clear)
 }  // namespace fa4::hopper
 
 using fa4::hopper::FwdDtype;
@@ -249,9 +249,10 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
         }
         for (int variant : variants) {
           if (!variant_built(d, true, variant)) continue;
-          // PhaseClocks (fwd_phase_clock.cuh): hd64 V14, hd128 V15 / V18 / V21 / V22; read_clocks reads and clears.
+          // PhaseClocks (fwd_phase_clock.cuh): hd64 V14, hd128 V15 / V18 / V21 / V22 / V24; read_clocks reads and clears.
           const bool clocks = (d == 64 && variant == 14) ||
-                              (d == 128 && (variant == 15 || variant == 18 || variant == 21 || variant == 22));
+                              (d == 128 && (variant == 15 || variant == 18 || variant == 21 || variant == 22 ||
+                                            variant == 24));
           auto read_clocks = [d](unsigned long long* out) {
             return d == 64 ? fa4::hopper::fwd_hd64_phase_clocks(out) : fa4::hopper::fwd_hd128_phase_clocks(out);
           };

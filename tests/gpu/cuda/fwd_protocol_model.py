@@ -211,7 +211,7 @@ def main():
     )
 
 
-def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=False, causal=False):
+def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=False, causal=False, q_stages=1):
     """fwd_kernel_persistent: tiles through one CTA; Q-full/Q-empty barriers, the K/V rings and the
     issue-token ring run on across tiles; O through its own buffer per warpgroup with the bulk
     store's read awaited before the next rewrite, or (o_in_q) through the warpgroup's Q rows, with
@@ -220,7 +220,11 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
     and consumers alike). skip (WgSkip, warpgroup_block_count / pass_skipped_blocks): warpgroup c
     computes only blocks [0, n_mine[t][c]) and passes the others on; one random warpgroup (the one
     holding the tile's last valid row) computes all, the others any count from 0 up (the kernel's
-    cases -- none past seq_q, the causal count of its own rows -- are special cases)."""
+    cases -- none past seq_q, the causal count of its own rows -- are special cases). q_stages = 2
+    (QStages, O buffer only): the tiles with keys take turns in two Q buffers, and the producer
+    loads the next such tile's Q into the other buffer right after this tile's first K, once the
+    tile before released that buffer."""
+    assert q_stages == 1 or (q_stages == 2 and not o_in_q)
     nb = [rng.randint(0, n_blocks) if causal else n_blocks for _ in range(tiles)]
     n_mine = []
     for t in range(tiles):
@@ -230,10 +234,10 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
     empty = {r: [MBar(W) for _ in range(stages)] for r in "KV"}
     content = {r: [None] * stages for r in "KV"}
     readers = {r: [set() for _ in range(stages)] for r in "KV"}
-    q_full, q_empty = MBar(1), MBar(W)
-    q = {"content": None, "readers": set()}
+    q_full, q_empty = [MBar(1) for _ in range(q_stages)], [MBar(W) for _ in range(q_stages)]
+    q = [{"content": None, "readers": set()} for _ in range(q_stages)]
     o_buf = [{"store_reading": False} for _ in range(W)]
-    inflight = []  # ("K"/"V", stage, (tile, blk)) or ("Q", None, tile) or ("O", c, tile)
+    inflight = []  # ("K"/"V", stage, (tile, blk)) or ("Q", buffer, tile) or ("O", c, tile)
     sched = [NamedBar(2) for _ in range(W)]
 
     def producer():
@@ -255,22 +259,37 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
                 ph[r] ^= 1
             yield
 
-        q_phase = 0
+        q_phase = [0] * q_stages
+
+        def load_q(b, t):
+            while not q_empty[b].done(q_phase[b] ^ 1):
+                yield
+            q_phase[b] ^= 1
+            assert not q[b]["readers"], f"Q of tile {t} loaded while read by {q[b]['readers']}"
+            assert not any(o["store_reading"] for o in o_buf) or not o_in_q, (
+                f"Q of tile {t} loaded while an O store reads it"
+            )
+            q[b]["content"] = ("pending", t)
+            inflight.append(("Q", b, t))
+            yield
+
+        q_slot, q_loaded = 0, False
         for t in range(tiles):
             if nb[t] == 0:
                 continue
             n = nb[t] - 1
             yield from load("K", (t, n))
-            while not q_empty.done(q_phase ^ 1):
-                yield
-            q_phase ^= 1
-            assert not q["readers"], f"Q of tile {t} loaded while read by {q['readers']}"
-            assert not any(b["store_reading"] for b in o_buf) or not o_in_q, (
-                f"Q of tile {t} loaded while an O store reads it"
-            )
-            q["content"] = ("pending", t)
-            inflight.append(("Q", None, t))
-            yield
+            if q_stages == 1:
+                yield from load_q(0, t)
+            else:
+                if not q_loaded:
+                    yield from load_q(q_slot, t)
+                q_loaded = False
+                nxt_t = next((u for u in range(t + 1, tiles) if nb[u] > 0), None)
+                if nxt_t is not None:
+                    yield from load_q(q_slot ^ 1, nxt_t)
+                    q_loaded = True
+                q_slot ^= 1
             while n > 0:
                 yield from load("K", (t, n - 1))
                 yield from load("V", (t, n))
@@ -303,7 +322,8 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
             )
             readers[r][s].add(c)
             if r == "K" and reads_q:  # S = Q K^T of this block reads Q too
-                assert q["content"] == tag[0], f"WG{c} S of tile {tag[0]} found Q {q['content']}"
+                qb = q[cur["slot"]]
+                assert qb["content"] == tag[0], f"WG{c} S of tile {tag[0]} found Q {qb['content']}"
 
         def release(r):
             s = st[r]
@@ -312,23 +332,29 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
             adv(r)
 
         mine, nxt = c, (c + 1) % W
-        q_phase = 0
+        q_phase = [0] * q_stages
+        cur = {"slot": 0}  # this tile's Q buffer
+        q_slot = 0
         if c == W - 1:
             sched[0].arrive()
             yield
         for t in range(tiles):
             n_blocks, nm = nb[t], n_mine[t][c]
+            slot = q_slot
+            cur["slot"] = slot
+            qb = q[slot]
             if n_blocks > 0:
-                while not q_full.done(q_phase):
+                while not q_full[slot].done(q_phase[slot]):
                     yield
-                q_phase ^= 1
+                q_phase[slot] ^= 1
+                q_slot = (slot + 1) % q_stages
                 if nm > 0:
-                    assert q["content"] == t, f"WG{c} tile {t} found Q {q['content']}"
-                    q["readers"].add(c)
+                    assert qb["content"] == t, f"WG{c} tile {t} found Q {qb['content']}"
+                    qb["readers"].add(c)
                 elif not o_in_q:
-                    q_empty.arrive()  # reads no Q in this tile
+                    q_empty[slot].arrive()  # reads no Q in this tile
                 else:
-                    q["readers"].add(c)  # its O rows overlay Q until the store has read them
+                    qb["readers"].add(c)  # its O rows overlay Q until the store has read them
             # pass_skipped_blocks: blocks [nm, n_blocks), each stage waited on before its release.
             for n in range(n_blocks - 1, nm - 1, -1):
                 yield from sync(mine)
@@ -351,8 +377,8 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
                 yield
                 release("K")
                 if n == 0 and not o_in_q:
-                    q["readers"].discard(c)
-                    q_empty.arrive()
+                    qb["readers"].discard(c)
+                    q_empty[slot].arrive()
                 yield
                 for n in range(nm - 2, -1, -1):
                     yield from sync(mine)
@@ -362,8 +388,8 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
                     yield
                     release("K")
                     if n == 0 and not o_in_q:
-                        q["readers"].discard(c)
-                        q_empty.arrive()
+                        qb["readers"].discard(c)
+                        q_empty[slot].arrive()
                     yield
                     release("V")
                     yield
@@ -374,8 +400,8 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
             if o_in_q:
                 # O over this warpgroup's own Q rows: this tile's Q must still be there (no other
                 # warpgroup's arrival can have released it), and stays "read" until the store read it.
-                assert n_blocks == 0 or q["content"] == t, (
-                    f"WG{c} writes O of tile {t} over Q {q['content']}"
+                assert n_blocks == 0 or qb["content"] == t, (
+                    f"WG{c} writes O of tile {t} over Q {qb['content']}"
                 )
             while o_buf[c]["store_reading"]:
                 yield
@@ -389,8 +415,8 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
             if o_in_q and n_blocks > 0:
                 while o_buf[c]["store_reading"]:
                     yield
-                q["readers"].discard(c)
-                q_empty.arrive()
+                qb["readers"].discard(c)
+                q_empty[slot].arrive()
         while o_buf[c]["store_reading"]:
             yield
         if c == 0:
@@ -405,8 +431,8 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
         if inflight and rng.random() < 0.3:
             r, s, tag = inflight.pop(rng.randrange(len(inflight)))
             if r == "Q":
-                q["content"] = tag
-                q_full.arrive()
+                q[s]["content"] = tag
+                q_full[s].arrive()
             elif r == "O":
                 o_buf[s]["store_reading"] = False
             else:
@@ -437,9 +463,12 @@ def main_persistent():
                         for skip in (False, True):
                             # The kernel forbids a causal persistent kernel with OInQ (static_assert).
                             for causal in (False,) if o_in_q else (False, True):
-                                for _ in range(30):
-                                    simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q, skip, causal)
-                                    runs += 1
+                                for q_stages in (1,) if o_in_q else (1, 2):
+                                    for _ in range(30 if q_stages == 1 else 15):
+                                        simulate_persistent(
+                                            W, n_blocks, tiles, stages, rng, o_in_q, skip, causal, q_stages
+                                        )
+                                        runs += 1
     print(
         f"persistent protocol model: {runs} random schedules, no deadlock, no race, every tile read its own Q/K/V"
     )

@@ -17,7 +17,7 @@ std::string run(const FwdProblem& p, cudaStream_t stream) {
 }  // namespace
 
 std::string launch_fwd_hd128_variant(const FwdProblem& p, cudaStream_t stream, int variant) {
-  static_assert(fwd_variant_count(128) == 23, "keep this switch in step with fwd_config.cuh");
+  static_assert(fwd_variant_count(128) == 25, "keep this switch in step with fwd_config.cuh");
   switch (variant) {
     case 0: return run<0>(p, stream);
     case 1: return run<1>(p, stream);
@@ -39,11 +39,13 @@ std::string launch_fwd_hd128_variant(const FwdProblem& p, cudaStream_t stream, i
     case 18: return run<18>(p, stream);  // 13 + PhaseClocks (instrumentation)
     case 21: return run<21>(p, stream);  // 6 + PhaseClocks (instrumentation)
     case 22: return run<22>(p, stream);  // 8 + PhaseClocks (instrumentation)
+    case 23: return run<23>(p, stream);  // 6 + 2 Q buffers
+    case 24: return run<24>(p, stream);  // 23 + PhaseClocks (instrumentation)
     default: return "hd128 has no forward variant " + std::to_string(variant);
   }
 }
 
-// Variants 15, 18, 21 and 22's phase clocks (this translation unit's g_fwd_phase_clocks; one variant per
+// Variants 15, 18, 21, 22 and 24's phase clocks (this translation unit's g_fwd_phase_clocks; one variant per
 // timing row), read and cleared.
 std::string fwd_hd128_phase_clocks(unsigned long long* out) { return fwd_phase_clocks_take(out); }
 }  // namespace fa4::hopper
