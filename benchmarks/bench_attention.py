@@ -465,6 +465,15 @@ def _int_list(text: str) -> list[int]:
     return out
 
 
+def add_cell_arguments(p: argparse.ArgumentParser) -> None:
+    """--impls, --head-dim, --seq and --causal: one cell of the grid, for the profiling tools
+    (``profile_chain.py``, ``clock_probe.py``)."""
+    p.add_argument("--impls", default="jax_fa4,cudnn", help=f"comma-separated, of {ALL_IMPLS}")
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--causal", action="store_true")
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument(

@@ -177,11 +177,10 @@ def _describe(ms: float, tflops: float, smi: dict) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Probes every implementation in palindromic order; one line per run (and --out JSON)."""
+    import bench_attention as ba
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--impls", default="jax_fa4,cudnn")
-    p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--seq", type=int, default=2048)
-    p.add_argument("--causal", action="store_true")
+    ba.add_cell_arguments(p)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--pause", type=float, default=2.0, help="idle seconds before each run")
     p.add_argument("--period-ms", type=int, default=50)
@@ -194,8 +193,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-
-    import bench_attention as ba
 
     impls = [s for s in args.impls.split(",") if s]
     unknown = [i for i in impls if i not in ba.ALL_IMPLS]

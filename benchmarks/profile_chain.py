@@ -90,10 +90,7 @@ def profile_impl(impl: str, cell: ba.Cell, dtype, chain_flops: float, chains: in
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--impls", default="jax_fa4,cudnn")
-    p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--seq", type=int, default=2048)
-    p.add_argument("--causal", action="store_true")
+    ba.add_cell_arguments(p)
     p.add_argument("--chain-flops", type=float, default=2e12)
     p.add_argument("--chains", type=int, default=3)
     a = p.parse_args(argv)

@@ -39,24 +39,34 @@ def test_forward_protocol_model_persistent_kernel() -> None:
     _load("fwd_protocol_model").main_persistent()
 
 
-def test_forward_persistent_model_catches_an_unwaited_release() -> None:
-    """The persistent model with a bug it once caught put back (a skipping warpgroup's V(n_mine)
-    released without waiting for it to fill) fails: the model is strong enough to see it."""
+def _assert_persistent_mutant_fails(
+    good: str, bad: str, n_blocks: int, seed: int, **kw: object
+) -> None:
+    """The persistent forward model with `good` (which must occur once) replaced by `bad` fails
+    within a few hundred random schedules per (W, stages): the model can see that bug."""
     source = (_MODELS / "fwd_protocol_model.py").read_text()
-    good = '''            if nm < n_blocks:
-                yield from wait_full("V", (t, nm))
-                release("V")'''
-    assert source.count(good) == 1, "the model's skip-release step moved: update this test"
-    buggy = source.replace(good, '''            if nm < n_blocks:
-                release("V")''')
+    assert source.count(good) == 1, "the model's code under mutation moved: update this test"
     namespace: dict = {"__name__": "fwd_protocol_model_mutant"}
-    exec(compile(buggy, "fwd_protocol_model_mutant", "exec"), namespace)
-    rng = random.Random(3)
+    exec(compile(source.replace(good, bad), "fwd_protocol_model_mutant", "exec"), namespace)
+    rng = random.Random(seed)
     with pytest.raises(AssertionError):
         for W in (2, 3):
             for stages in (2, 3):
                 for _ in range(200):
-                    namespace["simulate_persistent"](W, 4, 5, stages, rng, False, True, True)
+                    namespace["simulate_persistent"](
+                        W, n_blocks, 5, stages, rng, o_in_q=False, skip=True, causal=True, **kw
+                    )
+
+
+def test_forward_persistent_model_catches_an_unwaited_release() -> None:
+    """The persistent model with a bug it once caught put back (a skipping warpgroup's V(n_mine)
+    released without waiting for it to fill) fails: the model is strong enough to see it."""
+    good = """            if nm < n_blocks:
+                yield from wait_full("V", (t, nm))
+                release("V")"""
+    bad = """            if nm < n_blocks:
+                release("V")"""
+    _assert_persistent_mutant_fails(good, bad, n_blocks=4, seed=3)
 
 
 def test_backward_protocol_model() -> None:
@@ -66,17 +76,9 @@ def test_backward_protocol_model() -> None:
 def test_forward_persistent_model_catches_a_next_q_loaded_too_early() -> None:
     """Two Q buffers (hd128 V23): the model with the producer's wait for the other buffer's
     release removed fails (the next tile's Q would overwrite a Q still being read)."""
-    source = (_MODELS / "fwd_protocol_model.py").read_text()
     good = """            while not q_empty[b].done(q_phase[b] ^ 1):
                 yield
             q_phase[b] ^= 1"""
-    assert source.count(good) == 1, "the model's Q-load wait moved: update this test"
-    buggy = source.replace(good, "            q_phase[b] ^= 1")
-    namespace: dict = {"__name__": "fwd_protocol_model_mutant_q"}
-    exec(compile(buggy, "fwd_protocol_model_mutant_q", "exec"), namespace)
-    rng = random.Random(5)
-    with pytest.raises(AssertionError):
-        for W in (2, 3):
-            for stages in (2, 3):
-                for _ in range(200):
-                    namespace["simulate_persistent"](W, 3, 5, stages, rng, False, True, True, 2)
+    _assert_persistent_mutant_fails(
+        good, "            q_phase[b] ^= 1", n_blocks=3, seed=5, q_stages=2
+    )
