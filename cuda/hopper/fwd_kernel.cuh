@@ -521,6 +521,9 @@ __device__ __forceinline__ bool persistent_tile(int r, int num_tiles, const FwdA
 // OInQ: sO is the Q buffer (a warpgroup overwrites only its own 64 Q rows, after its last wgmma
 // retired); the q_empty arrival moves from the last S to after the warpgroup's O store has read
 // those rows, so only K/V (not Q) of the next tile load during the epilogue.
+// QStages = 2 (harness variant, with an O buffer): q_full / q_empty per Q buffer, the tiles with
+// keys taking the buffers in turn, so "tile k" above reads "the k-th tile of that buffer"; the
+// producer loads tile k + 1's Q right after tile k's first K, once tile k - 1 released the buffer.
 // Q buffer b's parity in a mask with one bit per buffer (one buffer: the mask is its bit, so the
 // single-buffer kernels compile as before the second buffer existed).
 template <class Cfg>
