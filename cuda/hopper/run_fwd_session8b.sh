@@ -1,4 +1,5 @@
 #!/bin/bash
+# (Historical: V19 / V20 were retired after this call; commit fcc5968 still builds them.)
 # One device call (repo root, H200), ~2.5 minutes: session 8's second forward call.
 #  (1) The library after adopting TrimFirstPv (hd128 V17, hd256 V7) with the loop step folded into
 #      one lambda (library SASS changed by the fold; main loops unchanged at 738 / 547 instructions):
