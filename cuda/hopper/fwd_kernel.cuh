@@ -249,6 +249,46 @@ __device__ __forceinline__ void pass_skipped_blocks(KPipe& k, VPipe& v, int n_bl
   }
 }
 
+// One main-loop step of a consumer warpgroup (plain and persistent): S for key block kb while O
+// takes the previous block's P over its first PvKeys keys (block_n, or fewer for TrimFirstPv's
+// partial first block); after_s runs once S retired and K(kb) is released.
+template <class T, class Cfg, int PvKeys, bool Causal, class KPipe, class VPipe, class Softmax, class Clock,
+          class AfterS>
+__device__ __forceinline__ void fwd_pipelined_step(int kb, const uint8_t* q_tile, KPipe& k, VPipe& v,
+                                                   float (&s)[Cfg::block_n() / 2], float (&o)[Cfg::head_dim() / 2],
+                                                   uint32_t (&p)[Cfg::block_n() / 4], float (&o_scale)[2],
+                                                   Softmax& softmax, const AttentionMask<Causal>& mask, int mask_m0,
+                                                   int row0, int lane, bool elected, uint32_t sched_mine,
+                                                   uint32_t sched_next, float scale_log2, Clock& clk,
+                                                   AfterS&& after_s) {
+  constexpr int N = Cfg::block_n();
+  named_barrier_sync(sched_mine, kSchedThreads);
+  clk.tick(kPhaseSched);
+  issue_qk<T, Cfg>(s, q_tile, k);             // S for block kb ...
+  issue_pv<T, Cfg, PvKeys>(o, p, v);          // ... while O takes block kb + 1
+  named_barrier_arrive(sched_next, kSchedThreads);
+  clk.tick(kPhaseIssue);
+  wgmma_wait<1>();  // S done (groups retire in order), PV may still run
+  fence_regs(s);
+  clk.tick(kPhaseWaitS);
+  k.release(elected);
+  k.advance();
+  after_s();
+  if (mask.block_needs_mask(kb, mask_m0, N)) mask.apply(s, kb * N, row0, lane);
+  const bool rescaled = softmax.update(s, scale_log2, o_scale);
+  clk.tick(kPhaseSoftmax);
+  wgmma_wait<0>();
+  fence_regs(o);
+  fence_regs(p);  // the RS wgmma read p asynchronously: keep its registers until here
+  clk.tick(kPhaseWaitPv);
+  v.release(elected);
+  v.advance();
+  rescale_o<Cfg>(o, o_scale, rescaled);
+#pragma unroll
+  for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+  clk.tick(kPhaseSoftmax);
+}
+
 template <class T, class Cfg, bool Causal>
 __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, uint8_t* sV, uint64_t* q_full,
                                              typename TmaConsumerPipeline<T, Cfg, true>::Staged::Barriers* k_bars,
@@ -301,33 +341,10 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
     const uint8_t* q_tile = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk
     int n = n_mine - 1;
     const int first_steps = Cfg::trim_first() ? visible_ksteps<Cfg>(mask, n, m0 + c * 64) : N / 16;
-    // One main-loop step: S for key block kb while O takes the previous block's P over its first
-    // pv_keys keys (block_n, or fewer for TrimFirstPv's partial first block).
     auto step = [&](auto pv_keys, int kb) {
-      named_barrier_sync(sched_mine, kSchedThreads);
-      clk.tick(kPhaseSched);
-      issue_qk<T, Cfg>(s, q_tile, k);                            // S for block kb ...
-      issue_pv<T, Cfg, decltype(pv_keys)::value>(o, p, v);       // ... while O takes block kb + 1
-      named_barrier_arrive(sched_next, kSchedThreads);
-      clk.tick(kPhaseIssue);
-      wgmma_wait<1>();  // S done (groups retire in order), PV may still run
-      fence_regs(s);
-      clk.tick(kPhaseWaitS);
-      k.release(elected);
-      k.advance();
-      if (mask.block_needs_mask(kb, mask_m0, N)) mask.apply(s, kb * N, row0, lane);
-      const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
-      clk.tick(kPhaseSoftmax);
-      wgmma_wait<0>();
-      fence_regs(o);
-      fence_regs(p);  // the RS wgmma read p asynchronously: keep its registers until here
-      clk.tick(kPhaseWaitPv);
-      v.release(elected);
-      v.advance();
-      rescale_o<Cfg>(o, o_scale, rescaled);
-#pragma unroll
-      for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
-      clk.tick(kPhaseSoftmax);
+      fwd_pipelined_step<T, Cfg, decltype(pv_keys)::value>(kb, q_tile, k, v, s, o, p, o_scale, softmax, mask, mask_m0,
+                                                           row0, lane, elected, sched_mine, sched_next,
+                                                           args.scale_log2, clk, [] {});
     };
 
     named_barrier_sync(sched_mine, kSchedThreads);
@@ -598,34 +615,13 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     if (n_mine > 0) {
       int n = n_mine - 1;
       const int first_steps = Cfg::trim_first() ? visible_ksteps<Cfg>(mask, n, m0 + c * 64) : N / 16;
-      // One main-loop step, as fwd_consumer's (S for block kb while O takes block kb + 1 over its
-      // first pv_keys keys), plus the q_empty arrival after the tile's last S.
+      // The main-loop step, plus the q_empty arrival once the tile's last S retired.
       auto step = [&](auto pv_keys, int kb) {
-        named_barrier_sync(sched_mine, kSchedThreads);
-        clk.tick(kPhaseSched);
-        issue_qk<T, Cfg>(s, q_tile, k);
-        issue_pv<T, Cfg, decltype(pv_keys)::value>(o, p, v);
-        named_barrier_arrive(sched_next, kSchedThreads);
-        clk.tick(kPhaseIssue);
-        wgmma_wait<1>();  // S done (groups retire in order), PV may still run
-        fence_regs(s);
-        clk.tick(kPhaseWaitS);
-        k.release(elected);
-        k.advance();
-        if (!Cfg::o_in_q() && kb == 0 && elected) mbarrier_arrive(q_empty + slot);
-        if (mask.block_needs_mask(kb, mask_m0, N)) mask.apply(s, kb * N, row0, lane);
-        const bool rescaled = softmax.update(s, args.scale_log2, o_scale);
-        clk.tick(kPhaseSoftmax);
-        wgmma_wait<0>();
-        fence_regs(o);
-        fence_regs(p);
-        clk.tick(kPhaseWaitPv);
-        v.release(elected);
-        v.advance();
-        rescale_o<Cfg>(o, o_scale, rescaled);
-#pragma unroll
-        for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
-        clk.tick(kPhaseSoftmax);
+        fwd_pipelined_step<T, Cfg, decltype(pv_keys)::value>(
+            kb, q_tile, k, v, s, o, p, o_scale, softmax, mask, mask_m0, row0, lane, elected, sched_mine, sched_next,
+            args.scale_log2, clk, [&] {
+              if (!Cfg::o_in_q() && kb == 0 && elected) mbarrier_arrive(q_empty + slot);
+            });
       };
 
       named_barrier_sync(sched_mine, kSchedThreads);
