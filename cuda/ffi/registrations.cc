@@ -7,6 +7,7 @@
 #include "ffi/handlers.h"
 #ifdef JAX_FA4_WITH_CUDA
 #include "hopper/bwd_workspace.h"
+#include "hopper/fwd_schedule.h"
 #endif
 
 namespace nb = nanobind;
@@ -54,6 +55,19 @@ NB_MODULE(_jax_fa4_ext, m) {
       },
       nb::arg("batch"), nb::arg("seq_q"), nb::arg("heads_q"), nb::arg("head_dim"),
       "Bytes of the uint8 workspace result of jax_fa4_bwd_cuda (cuda/hopper/bwd_workspace.h)");
+  m.def(
+      "cuda_fwd_persistent_section",
+      [](int64_t seq_q, int64_t seq_k, int64_t pairs, int64_t kv_bytes_per_pair, int block_m, int block_n,
+         int ctas) -> nb::tuple {
+        if (seq_q < 0 || seq_k < 0 || pairs < 1 || kv_bytes_per_pair < 0 || block_m < 1 || block_n < 1 || ctas < 1)
+          throw nb::value_error("cuda_fwd_persistent_section: sizes must be positive (lengths non-negative)");
+        const fa4::hopper::FwdPersistentShape s{seq_q, seq_k, pairs, kv_bytes_per_pair, block_m, block_n, ctas};
+        const int64_t section = fa4::hopper::fwd_persistent_section(s);
+        return nb::make_tuple(section, fa4::hopper::fwd_persistent_busiest_cost(s, section));
+      },
+      nb::arg("seq_q"), nb::arg("seq_k"), nb::arg("pairs"), nb::arg("kv_bytes_per_pair"), nb::arg("block_m"),
+      nb::arg("block_n"), nb::arg("ctas"),
+      "(section, busiest CTA's modelled cost) the persistent causal forward picks (cuda/hopper/fwd_schedule.h)");
 #else
   m.attr("built_with_cuda") = false;
 #endif

@@ -103,8 +103,10 @@ struct FwdTile {
 
 #if defined(__CUDACC__)
 #define FA4_FWD_HOST_DEVICE __host__ __device__
+#define FA4_FWD_HOST_DEVICE_INLINE __host__ __device__ __forceinline__
 #else
 #define FA4_FWD_HOST_DEVICE
+#define FA4_FWD_HOST_DEVICE_INLINE inline
 #endif
 
 // Lpt grid order (causal): tile t of the linear grid -> (m block, head, batch). Sections of
@@ -122,6 +124,35 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
   const int in_section = pairs - sec * section < section ? pairs - sec * section : section;
   const int pair = sec * section + within % in_section;
   return {m_blocks - 1 - within / in_section, pair % heads, pair / heads};
+}
+
+// min on both sides of the compiler: the device's intrinsic (which the kernels' schedule was
+// tuned with), std-free on the host so this header stays plain C++.
+FA4_FWD_HOST_DEVICE_INLINE int fwd_min(int a, int b) {
+#if defined(__CUDA_ARCH__)
+  return min(a, b);
+#else
+  return a < b ? a : b;
+#endif
+}
+
+// Key blocks (from block 0) that query rows [m0, m0 + block_m) need; 0 if they see none. Causal
+// is bottom-right aligned: query i sees keys j <= i + seq_k - seq_q.
+template <bool Causal>
+FA4_FWD_HOST_DEVICE_INLINE int fwd_tile_key_blocks(int m0, int block_m, int block_n, int seq_q, int seq_k) {
+  const int total = (seq_k + block_n - 1) / block_n;
+  if (!Causal) return total;
+  const int last_row = fwd_min(m0 + block_m, seq_q) - 1;
+  const int max_col = last_row + seq_k - seq_q;
+  if (max_col < 0) return 0;
+  return fwd_min(total, max_col / block_n + 1);
+}
+
+// The persistent kernel's deal: the linear tile index a CTA b of g runs in its round r. Under a
+// causal mask odd rounds go backwards (boustrophedon), so with longest-first tiles every CTA's sum
+// of tile lengths stays within about one tile of the others'.
+FA4_FWD_HOST_DEVICE_INLINE int persistent_deal_index(int r, int g, int b, bool causal) {
+  return r * g + (causal && (r & 1) ? g - 1 - b : b);
 }
 
 // Kernel variants (fwd v4 candidates, NOTES.md). The library (fwd_hd*.cu) builds

@@ -16,14 +16,18 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 #include <type_traits>
 
 #include "hopper/fwd_config.cuh"
 #include "hopper/fwd_launch.h"
 #include "hopper/fwd_phase_clock.cuh"
+#include "hopper/fwd_schedule.h"
 #include "hopper/fwd_softmax.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/pipeline.cuh"
@@ -507,8 +511,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
 // tile of the others' (a plain stride would give CTA 0 the longest tile of every round).
 template <bool Causal>
 __device__ __forceinline__ bool persistent_tile(int r, int num_tiles, const FwdArgs& args, FwdTileCoord& tc) {
-  const int g = int(gridDim.x), b = int(blockIdx.x);
-  const int t = r * g + (Causal && (r & 1) ? g - 1 - b : b);
+  const int t = persistent_deal_index(r, int(gridDim.x), int(blockIdx.x), Causal);
   if (t >= num_tiles) return false;
   if (Causal) {
     tc = lpt_tile_coord(t, args.m_blocks, args.heads_q, args.batch, args.lpt_section);
@@ -832,6 +835,25 @@ inline int64_t fwd_lpt_section(const FwdProblem& p) {
   return std::min<int64_t>(pairs, std::max<int64_t>(1, (int64_t(32) << 20) / kv_bytes_per_pair));
 }
 
+// fwd_persistent_section, remembered per shape: scoring costs up to tens of ms of host time, and a
+// training step calls the same shapes again and again.
+inline int64_t cached_persistent_section(const FwdPersistentShape& s) {
+  using Key = std::array<int64_t, 7>;
+  static std::mutex mutex;
+  static std::map<Key, int64_t> cache;
+  const Key key{s.seq_q, s.seq_k, s.pairs, s.kv_bytes_per_pair, s.block_m, s.block_n, s.ctas};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  const int64_t section = fwd_persistent_section(s);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (cache.size() >= 4096) cache.clear();  // bounded: shapes beyond that are rescored
+  cache.emplace(key, section);
+  return section;
+}
+
 // Builds the tensor maps and launches one instantiation.
 template <class T, class Cfg, bool Causal>
 std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream) {
@@ -872,11 +894,6 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream) {
   if constexpr (Cfg::persist()) {
     const int64_t tiles = m_blocks * p.heads_q * p.batch;
     if (tiles > INT_MAX) return "too many query tiles (" + std::to_string(tiles) + ") for the persistent kernel";
-    // persistent_tile's order: one Lpt section over all pairs. With L2-sized sections the lengths
-    // jump back up at every section start, which the boustrophedon deal cannot balance (a host
-    // model of hd128 at 2k-16k: the busiest CTA 1.23-1.29x the mean, one section 1.00-1.03x).
-    // Tiles that start together read their pair's K/V top-down in step, so L2 still shares them.
-    if (Causal) args.lpt_section = int(p.heads_q * p.batch);
     int dev = 0, sms = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
@@ -884,6 +901,15 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream) {
     int64_t ctas = std::min<int64_t>(tiles, sms);
     if (p.max_ctas > 0) ctas = std::min<int64_t>(ctas, p.max_ctas);
     grid = dim3(unsigned(ctas), 1, 1);
+    // persistent_tile's causal order: L2-sized Lpt sections, the size scored by the host model of
+    // fwd_schedule.h (session 9; one section over all pairs read K/V from DRAM for every tile).
+    if (Causal) {
+      const FwdPersistentShape shape{p.seq_q, p.seq_k, p.heads_q * p.batch,
+                                     p.seq_k * p.head_dim * 2 * 2 / (p.heads_q / p.heads_kv),
+                                     Cfg::block_m(), Cfg::block_n(), int(ctas)};
+      args.lpt_section = int(p.lpt_section > 0 ? std::min<int64_t>(p.lpt_section, shape.pairs)
+                                               : cached_persistent_section(shape));
+    }
   }
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
   if (e != cudaSuccess) return std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e);

@@ -24,6 +24,9 @@ struct FwdProblem {
   // Persistent kernel variants only (fwd_config.cuh Persist; the standalone harness): at most this
   // many CTAs instead of one per SM, so that small test problems run many tiles per CTA. 0: off.
   int max_ctas = 0;
+  // Persistent kernel variants under a causal mask only (the standalone harness): this many
+  // (head, batch) pairs per Lpt section instead of fwd_persistent_section's choice. 0: off.
+  int lpt_section = 0;
 };
 
 // Validates the problem and enqueues the kernel on `stream`. Returns an empty string on success,

@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "hopper/fwd_config.cuh"
+
 namespace fa4::hopper {
 
 // 2^x on the special-function unit (MUFU.EX2); ex2(-inf) = +0.
@@ -61,12 +63,7 @@ struct AttentionMask {
 
   // Number of key blocks (from block 0) that rows [m0, m0 + block_m) need; 0 if they see nothing.
   __device__ __forceinline__ int n_blocks(int m0, int block_m, int block_n) const {
-    const int total = (seq_k + block_n - 1) / block_n;
-    if (!Causal) return total;
-    const int last_row = min(m0 + block_m, seq_q) - 1;
-    const int max_col = last_row + seq_k - seq_q;
-    if (max_col < 0) return 0;
-    return min(total, max_col / block_n + 1);
+    return fwd_tile_key_blocks<Causal>(m0, block_m, block_n, seq_q, seq_k);
   }
 
   // Whether any element of key block n must be masked for some row >= m0.

@@ -3,7 +3,8 @@
 // timings on the FlashAttention-3 grid. --variants 0,1,... checks and times the kernel variants of
 // cuda/hopper/fwd_config.cuh side by side (the library's default for bf16 and fp16, the others bf16
 // only); --hd D restricts to one head dim, --seqs 2048,4096 the timed lengths; --max-ctas N caps
-// the persistent variants' grid in the correctness check (many tiles per CTA).
+// the persistent variants' grid in the correctness check (many tiles per CTA); --section N fixes
+// the persistent causal variants' Lpt section (pairs) instead of the library's choice.
 // Build (on the GPU machine; see run_fwd_check.sh and cuda/hopper/run_fwd_variants.sh):
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda \
 //        -Xcompiler -fopenmp tests/gpu/cuda/fwd_kernel_check.cu tests/gpu/cuda/fwd_variants_hd*.cu \
@@ -41,6 +42,7 @@ using fa4::hopper::FwdProblem;
 // bf16 and fp16, the others for bf16 only.
 static int g_variant = 0;
 static int g_max_ctas = 0;  // --max-ctas N: persistent variants run many tiles per CTA
+static int g_lpt_section = 0;  // --section N: persistent causal variants' Lpt section (pairs)
 static bool variant_built(int d, bool bf16, int v) {
   if (v == fa4::hopper::fwd_default_variant(d)) return true;
   return bf16 && v >= 0 && v < fa4::hopper::fwd_variant_count(d) && !fa4::hopper::fwd_variant_retired(d, v);
@@ -149,6 +151,7 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   FwdProblem p{dq, dk, dv, dout, dlse, c.b, c.sq, c.sk, c.hq, c.hkv, c.d,
                c.bf16 ? FwdDtype::kBf16 : FwdDtype::kF16, scale, c.causal};
   p.max_ctas = g_max_ctas;
+  p.lpt_section = g_lpt_section;
   int failures = 0;
   for (int variant : variants) {
     if (!variant_built(c.d, c.bf16, variant)) continue;
@@ -238,6 +241,7 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
         CHECK_CUDA(cudaMemcpy(k, host.data(), n * 2, cudaMemcpyHostToDevice));
         CHECK_CUDA(cudaMemcpy(v, host.data(), n * 2, cudaMemcpyHostToDevice));
         FwdProblem p{q, k, v, o, lse, b, s, s, h, h, d, FwdDtype::kBf16, 1.f / std::sqrt(float(d)), causal != 0};
+        p.lpt_section = g_lpt_section;
         cudaEvent_t e0, e1;
         cudaEventCreate(&e0);
         cudaEventCreate(&e1);
@@ -355,6 +359,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = parse_list(argv[++i]);
     if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) variants = parse_list(argv[++i]);
     if (!std::strcmp(argv[i], "--max-ctas") && i + 1 < argc) g_max_ctas = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--section") && i + 1 < argc) g_lpt_section = std::atoi(argv[++i]);
   }
   int device = 0, major = 0;
   CHECK_CUDA(cudaGetDevice(&device));
