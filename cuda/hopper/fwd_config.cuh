@@ -201,6 +201,9 @@ FA4_FWD_HOST_DEVICE_INLINE int persistent_deal_index(int r, int g, int b, bool c
 //   with their own O buffer hide the Q wait and the store that OInQ (V18) cannot?)
 //   hd128: 23 = 6 + 2 Q buffers (the next tile's Q a whole tile ahead; 193 KB, cuDNN's kernel uses
 //   232 KB with 128-key blocks)   24 = 23 + PhaseClocks
+//   session 9 (the persistent causal order in L2-sized sections, fwd_schedule.h):
+//   hd128: 25 = the persistent 128x128 kernel with its own O buffer under both masks (V6 without the
+//   mask, V13's causal kernel under it)
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
@@ -214,13 +217,20 @@ constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 17 : 
 // pays, i.e. on short tiles. Measured at hd64 (session 3, kernel-only, drift-cancelled): V12 +7-8%
 // at seq 2048 with and without the mask, +3-7% causal at 4096, but -1 to -7% at 8192 and above;
 // at hd128 (V13) no gain. The library runs fwd_short_seq_variant(head_dim) (< 0: none) when
-// seq_k <= kFwdShortSeqK, else fwd_default_variant(head_dim); both are built for bf16 and fp16.
+// seq_k <= fwd_short_seq_max_k(head_dim, causal), else fwd_default_variant(head_dim); both are
+// built for bf16 and fp16.
 // Session 7: V16 (V12 + per-warpgroup causal block skipping; without the mask V12 itself), kernel-
 // only palindromic: causal +8.3% at 2048, +5.5% at 4096 over V12 (a +-1% wash without the mask when
 // the skip also ran there, so it does not).
-constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 16 : -1; }
-constexpr long long kFwdShortSeqK = 4096;
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 25 : 9; }
+// Session 9: with the persistent causal order in L2-sized sections (fwd_schedule.h), hd128 V25
+// (persistent 128x128, O buffer) kernel-only over the default: causal +12.8% at 2048, +10.4% at
+// 4096 (V13's kernel); without the mask +2.4% at 2048 (calls 1-3: +1.4 to +2.4%) but -2.0% at 4096.
+constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 16 : head_dim == 128 ? 25 : -1; }
+// The most keys for which the library runs fwd_short_seq_variant (0: never).
+constexpr long long fwd_short_seq_max_k(int head_dim, bool causal) {
+  return head_dim == 64 ? 4096 : head_dim == 128 ? (causal ? 4096 : 2048) : 0;
+}
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 26 : 9; }
 // Variant numbers of removed experiments (not built; the numbers after them are kept).
 constexpr bool fwd_variant_retired(int head_dim, int v) {
   return (head_dim == 64 && v == 15) || (head_dim == 128 && (v == 16 || v == 19 || v == 20)) ||
@@ -250,17 +260,18 @@ struct FwdConfig<64, Causal, V>
 template <bool Causal, int V>
 struct FwdConfig<128, Causal, V>
     : FwdTile<128, V == 4 ? 3 : 2,
-              V == 4 ? 80 : (Causal || V == 1 || V == 6 || V == 21 || V == 23 || V == 24) ? 128 : V == 2 ? 192
+              V == 4 ? 80 : (Causal || V == 1 || V == 6 || V == 21 || V == 23 || V == 24 || V == 25) ? 128 : V == 2 ? 192
                   : (V == 8 || V == 22) ? 160 : 176, 2,
               /*QkStages=*/2, 24, V == 4 ? 160 : 240, /*WgSkip=*/V == 4 && !Causal, /*Lpt=*/V == 3,
               /*KWaitFirst=*/V == 4 || V == 5,
-              /*Persist=*/((V == 6 || V == 7 || V == 8 || (V >= 21 && V <= 24)) && !Causal) || V == 13 || V == 18,
+              /*Persist=*/((V == 6 || V == 7 || V == 8 || (V >= 21 && V <= 24)) && !Causal) || V == 13 || V == 18 ||
+                  V == 25,
               /*OInQ=*/(V == 7 || V == 13 || V == 18) && !Causal,
               /*CondRescale=*/V == 9 || V == 11 || V == 12, /*Exp2EmuEighths=*/V == 10 || V == 11 ? 2 : V == 12 ? 1 : 0,
               /*TrimFirst=*/(V == 14 || V == 16 || V == 17) && !Causal,
               /*PhaseClocks=*/V == 15 || V == 18 || V == 21 || V == 22 || V == 24, /*TrimFirstPv=*/V == 17 && !Causal,
               /*QStages=*/(V == 23 || V == 24) && !Causal ? 2 : 1> {
-  static_assert(V >= 0 && V <= 24, "hd128 variants are 0..24");
+  static_assert(V >= 0 && V <= 25, "hd128 variants are 0..25");
 };
 
 // hd256: O alone takes 128 registers per thread, so the K tile is short (80 rows).

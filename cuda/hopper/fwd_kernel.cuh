@@ -942,7 +942,8 @@ std::string launch_fwd_head_dim_variant(const FwdProblem& p, cudaStream_t stream
 template <int HeadDim>
 std::string launch_fwd_head_dim(const FwdProblem& p, cudaStream_t stream) {
   if constexpr (fwd_short_seq_variant(HeadDim) >= 0) {
-    if (p.seq_k <= kFwdShortSeqK) return launch_fwd_head_dim_variant<HeadDim, fwd_short_seq_variant(HeadDim)>(p, stream);
+    if (p.seq_k <= fwd_short_seq_max_k(HeadDim, p.causal))
+      return launch_fwd_head_dim_variant<HeadDim, fwd_short_seq_variant(HeadDim)>(p, stream);
   }
   return launch_fwd_head_dim_variant<HeadDim, fwd_default_variant(HeadDim)>(p, stream);
 }

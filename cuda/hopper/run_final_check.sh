@@ -2,9 +2,11 @@
 # The validate-and-record device calls (repo root, H200; carry .whl for FA3), one part per call so each
 # fits the 10-minute limit:
 #   bash cuda/hopper/run_final_check.sh check   # pip install, the standalone harness checks of the
-#       library kernels (forward per head dim + the persistent hd64 V16 with 3 CTAs; backward with the causal LPT grid off
+#       library kernels (forward per head dim + the persistent hd64 V16 / hd128 V25 with 3 CTAs and with 5 CTAs in one-pair
+#       sections; backward with the causal LPT grid off
 #       and on; SKIP_FWD_HARNESS=1 skips the forward ones when no forward code changed; BWD_CHECK_VARIANTS, default the library's 51,59,4096), EXTRA_HARNESS (a backward
-#       harness command line, optional, e.g. a timing), then pytest tests/gpu with autotuning off.
+#       harness command line, optional, e.g. a timing), then pytest tests/gpu with autotuning off, then EXTRA_FWD_BENCH
+#       (forward harness timing arguments, optional, when time is left).
 #       ~4.5 minutes.
 #   bash cuda/hopper/run_final_check.sh bench   # pip install, the side-by-side benchmark with
 #       ROUNDS rounds (default 3; alternating order, median) over HEAD_DIMS (default 64,128,256),
@@ -28,15 +30,24 @@ if [ "$PART" = check ]; then
   echo "[$(el)s] built rc=$?; install rc=$(cat /tmp/install.rc)" >> $S; tail -3 /tmp/install.txt >> $S
   H=$OUT/harness.txt
   if [ "${SKIP_FWD_HARNESS:-0}" != 1 ]; then  # (pytest tests/gpu runs the forward regardless)
-    # The library's forward variant per head dim (fwd_default_variant): hd64 0 (V16 below seq_k 4097), hd128 17, hd256 7.
+    # The library's forward entry point per head dim (fwd_default_variant): hd64 0 (V16 up to seq_k 4096), hd128 17 (V25
+    # up to 2048 keys without the mask, 4096 under it), hd256 7.
     for dv in 64:0 128:17 256:7; do d=${dv%:*}; v=${dv#*:}; timeout 60 /tmp/f/chk --hd $d --variants $v >> $H 2>&1; echo "[$(el)s] fwd harness hd$d library (V$v) rc=$? $(grep 'cases passed' $H | tail -1)" >> $S; done
-    timeout 40 /tmp/f/chk --hd 64 --variants 16 --max-ctas 3 >> $H 2>&1; echo "[$(el)s] fwd harness hd64 V16 max-ctas 3 rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
+    # The persistent kernels with many tiles per CTA: the library's sections on 3 CTAs, one-pair sections on 5.
+    for dv in 64:16 128:25; do d=${dv%:*}; v=${dv#*:}
+      timeout 40 /tmp/f/chk --hd $d --variants $v --max-ctas 3 >> $H 2>&1; echo "[$(el)s] fwd harness hd$d V$v max-ctas 3 rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
+      timeout 40 /tmp/f/chk --hd $d --variants $v --max-ctas 5 --section 1 >> $H 2>&1; echo "[$(el)s] fwd harness hd$d V$v max-ctas 5 section 1 rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
+    done
   fi
   timeout 150 /tmp/m/chk --variants ${BWD_CHECK_VARIANTS:-51,59,4096} --opts 1,5 >> $H 2>&1; echo "[$(el)s] bwd harness library, LPT off and on, rc=$? $(grep 'cases passed' $H | tail -1)" >> $S
   grep -E "^FAIL|DIFFERS" $H | head -8 >> $S
   if [ -n "$EXTRA_HARNESS" ]; then timeout 120 /tmp/m/chk $EXTRA_HARNESS > $OUT/extra.txt 2>&1; echo "[$(el)s] extra rc=$?" >> $S; grep -E "^ +[0-9]+ +(yes|no) " $OUT/extra.txt >> $S; fi
   XLA_FLAGS=--xla_gpu_autotune_level=0 FA4_WORST_RATIO_FILE=/tmp/worst.txt timeout $((500 - $(el))) pytest -v -n 8 -p no:cacheprovider --tb=short -W ignore tests/gpu/test_bwd_cuda.py tests/gpu/test_training_cuda.py tests/gpu/test_fwd_cuda.py 2>&1 | grep -vE "PytestBenchmarkWarning|warner\(|bringing up" > $OUT/pytest.txt; echo "[$(el)s] pytest done" >> $S
   grep -cE "PASSED" $OUT/pytest.txt >> $S; grep -E "^FAILED|^ERROR|^E  |passed|failed" $OUT/pytest.txt | tail -15 >> $S; cat /tmp/worst.txt >> $S 2>/dev/null
+  if [ -n "$EXTRA_FWD_BENCH" ] && [ $(el) -lt 480 ]; then  # a forward harness timing, optional (information only)
+    timeout $((560 - $(el))) /tmp/f/chk --no-check --bench $EXTRA_FWD_BENCH > $OUT/extra_fwd.txt 2>&1; echo "[$(el)s] extra fwd bench rc=$?" >> $S
+    python3 cuda/hopper/palindrome.py $OUT/extra_fwd.txt >> $S
+  fi
 else
   wait
   echo "[$(el)s] install rc=$(cat /tmp/install.rc)" >> $S; tail -3 /tmp/install.txt >> $S

@@ -34,13 +34,13 @@ SHAPES = [
     (3, 17, 17, 4, 2),
     (1, 127, 127, 8, 1),
     (2, 1000, 1000, 2, 2),
-    (1, 3000, 3000, 2, 1),
+    (1, 3000, 3000, 2, 1),  # hd128: persistent under the mask, V17 without (fwd_short_seq_max_k)
     (2, 127, 1000, 4, 4),
     (1, 1000, 127, 8, 2),
     (5, 129, 129, 8, 4),
     (1, 1, 500, 2, 1),
     (1, 200, 333, 8, 8),
-    (1, 4200, 4200, 2, 1),  # seq_k > 4096: hd64's non-persistent kernel (fwd_short_seq_variant)
+    (1, 4200, 4200, 2, 1),  # seq_k > 4096: hd64 / hd128's non-persistent kernels
 ]
 
 

@@ -6,7 +6,7 @@
 namespace fa4::hopper {
 namespace {
 // Variant 0 runs the library's entry point (bf16 and fp16, fwd_hd64.cu), which at hd64 takes the
-// persistent V16 (V12 + causal WgSkip) when seq_k <= kFwdShortSeqK and V0 above
+// persistent V16 (V12 + causal WgSkip) when seq_k <= fwd_short_seq_max_k(64, causal) and V0 above
 // (fwd_short_seq_variant): the checks of "variant 0" cover that dispatch. V12 / V16 here are the
 // persistent kernels at every length (so a timing of "variant 0" below seq_k 4097 is V16's).
 template <int V>
