@@ -215,7 +215,9 @@ FA4_FWD_HOST_DEVICE_INLINE int persistent_deal_index(int r, int g, int b, bool c
 // the main loop instructions).
 // fwd v13 (session 8): TrimFirstPv on top, the first block's PV trimmed as well, kernel-only
 // palindromic: hd128 non-causal 2k +1.9% (4k, 16k within noise), hd256 +4.2% / +4.5% at 2k / 4k.
-constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 17 : head_dim == 256 ? 7 : 0; }
+// Session 9: hd256 V9 (V7 + the Lpt grid under the mask), kernel-only palindromic over V7: causal
+// +8.0 / +10.5 / +8.2% at 2k / 4k / 8k; without the mask the same kernel as V7.
+constexpr int fwd_default_variant(int head_dim) { return head_dim == 128 ? 17 : head_dim == 256 ? 9 : 0; }
 // fwd v6: the persistent kernel where overlapping one tile's epilogue with the next tile's loads
 // pays, i.e. on short tiles. Measured at hd64 (session 3, kernel-only, drift-cancelled): V12 +7-8%
 // at seq 2048 with and without the mask, +3-7% causal at 4096, but -1 to -7% at 8192 and above;
