@@ -126,8 +126,8 @@ FA4_FWD_HOST_DEVICE inline FwdTileCoord lpt_tile_coord(int t, int m_blocks, int 
   return {m_blocks - 1 - within / in_section, pair % heads, pair / heads};
 }
 
-// min on both sides of the compiler: the device's intrinsic (which the kernels' schedule was
-// tuned with), std-free on the host so this header stays plain C++.
+// int min for host and device code: CUDA's min on the device, a comparison on the host (this
+// header stays plain C++ for the extension and the CPU tests).
 FA4_FWD_HOST_DEVICE_INLINE int fwd_min(int a, int b) {
 #if defined(__CUDA_ARCH__)
   return min(a, b);

@@ -506,7 +506,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
 // Persist: the tile this CTA runs in its round r = 0, 1, ...; false once past the last tile (the
 // tile index grows with r, so the first miss ends the loop). Without a mask every tile is equally
 // long: t = blockIdx.x + r * gridDim.x, m block fastest. Under a causal mask the tiles go in the
-// Lpt order (longest first; one section of all (head, batch) pairs, see launch_fwd_kernel) dealt
+// Lpt order (longest first within L2-sized sections of (head, batch) pairs, fwd_schedule.h) dealt
 // boustrophedon, odd rounds backwards, so every CTA's sum of tile lengths stays within about one
 // tile of the others' (a plain stride would give CTA 0 the longest tile of every round).
 template <bool Causal>
@@ -827,12 +827,16 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   }
 }
 
-// Lpt sections: (head, batch) pairs whose K and V (of their kv heads) fill about 32 MB of the
-// 50 MB L2, at least one pair.
+// K and V bytes (2-byte elements) one (head, batch) pair reads; a GQA group's heads share them.
+inline int64_t fwd_kv_bytes_per_pair(const FwdProblem& p) {
+  return p.seq_k * p.head_dim * 2 * 2 / (p.heads_q / p.heads_kv);
+}
+
+// Lpt sections of the plain kernel's linear grid: (head, batch) pairs whose K and V fill about
+// 32 MB of the 50 MB L2, at least one pair.
 inline int64_t fwd_lpt_section(const FwdProblem& p) {
-  const int64_t kv_bytes_per_pair = std::max<int64_t>(1, p.seq_k * p.head_dim * 2 * 2 / (p.heads_q / p.heads_kv));
   const int64_t pairs = p.heads_q * p.batch;
-  return std::min<int64_t>(pairs, std::max<int64_t>(1, (int64_t(32) << 20) / kv_bytes_per_pair));
+  return std::min<int64_t>(pairs, std::max<int64_t>(1, (int64_t(32) << 20) / std::max<int64_t>(1, fwd_kv_bytes_per_pair(p))));
 }
 
 // fwd_persistent_section, remembered per shape: scoring costs up to tens of ms of host time, and a
@@ -904,8 +908,7 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream) {
     // persistent_tile's causal order: L2-sized Lpt sections, the size scored by the host model of
     // fwd_schedule.h (session 9; one section over all pairs read K/V from DRAM for every tile).
     if (Causal) {
-      const FwdPersistentShape shape{p.seq_q, p.seq_k, p.heads_q * p.batch,
-                                     p.seq_k * p.head_dim * 2 * 2 / (p.heads_q / p.heads_kv),
+      const FwdPersistentShape shape{p.seq_q, p.seq_k, p.heads_q * p.batch, fwd_kv_bytes_per_pair(p),
                                      Cfg::block_m(), Cfg::block_n(), int(ctas)};
       args.lpt_section = int(p.lpt_section > 0 ? std::min<int64_t>(p.lpt_section, shape.pairs)
                                                : cached_persistent_section(shape));
