@@ -207,6 +207,8 @@ FA4_FWD_HOST_DEVICE_INLINE int persistent_deal_index(int r, int g, int b, bool c
 //   hd256: 9 = 7 + Lpt under the mask (the plain grid dispatches each pair's tiles longest first,
 //   but pair after pair, so its last wave still holds long tiles; a host model of hd256 causal 2k
 //   puts the busiest SM 13% above the mean, 2% with the Lpt grid)
+//   hd256: 10 = V4 (persistent, O staged in Q) + TrimFirst without the mask, V9's kernel under it
+//   (a candidate for the non-causal 2k cell; prepared in session 9, not yet run)
 // (Lpt acts under a causal mask only, Persist without one (the other instantiation is variant
 // 0's kernel); WgSkip under both, but without a mask only on the last query tile's spare rows.)
 // fwd v7 (session 5): TrimFirst without a mask at hd128 (V14) and hd256 (V5): +1.5% kernel-only at
@@ -235,7 +237,7 @@ constexpr int fwd_short_seq_variant(int head_dim) { return head_dim == 64 ? 16 :
 constexpr long long fwd_short_seq_max_k(int head_dim, bool causal) {
   return head_dim == 64 ? 4096 : head_dim == 128 ? (causal ? 4096 : 2048) : 0;
 }
-constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 26 : 10; }
+constexpr int fwd_variant_count(int head_dim) { return head_dim == 64 ? 17 : head_dim == 128 ? 26 : 11; }
 // Variant numbers of removed experiments (not built; the numbers after them are kept).
 constexpr bool fwd_variant_retired(int head_dim, int v) {
   return (head_dim == 64 && v == 15) || (head_dim == 128 && (v == 16 || v == 19 || v == 20)) ||
@@ -283,12 +285,13 @@ struct FwdConfig<128, Causal, V>
 template <bool Causal, int V>
 struct FwdConfig<256, Causal, V>
     : FwdTile<256, 2, V == 2 ? 64 : 80, 2, /*QkStages=*/2, 24, 240, /*WgSkip=*/V == 1 || (V == 8 && Causal),
-              /*Lpt=*/V == 1 || (V == 9 && Causal),
-              /*KWaitFirst=*/V == 1 || V == 3, /*Persist=*/V == 4 && !Causal, /*OInQ=*/V == 4 && !Causal,
+              /*Lpt=*/V == 1 || ((V == 9 || V == 10) && Causal),
+              /*KWaitFirst=*/V == 1 || V == 3, /*Persist=*/(V == 4 || V == 10) && !Causal,
+              /*OInQ=*/(V == 4 || V == 10) && !Causal,
               /*CondRescale=*/false, /*Exp2EmuEighths=*/0,
-              /*TrimFirst=*/(V == 5 || V == 6 || V == 7 || V == 8 || V == 9) && !Causal,
+              /*TrimFirst=*/(V >= 5 && V <= 10) && !Causal,
               /*PhaseClocks=*/false, /*TrimFirstPv=*/(V == 7 || V == 9) && !Causal> {
-  static_assert(V >= 0 && V <= 9, "hd256 variants are 0..9");
+  static_assert(V >= 0 && V <= 10, "hd256 variants are 0..10");
 };
 
 }  // namespace fa4::hopper

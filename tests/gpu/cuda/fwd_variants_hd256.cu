@@ -17,7 +17,7 @@ std::string run(const FwdProblem& p, cudaStream_t stream) {
 }  // namespace
 
 std::string launch_fwd_hd256_variant(const FwdProblem& p, cudaStream_t stream, int variant) {
-  static_assert(fwd_variant_count(256) == 10, "keep this switch in step with fwd_config.cuh");
+  static_assert(fwd_variant_count(256) == 11, "keep this switch in step with fwd_config.cuh");
   switch (variant) {
     case 0: return run<0>(p, stream);
     case 1: return run<1>(p, stream);
@@ -28,6 +28,7 @@ std::string launch_fwd_hd256_variant(const FwdProblem& p, cudaStream_t stream, i
     case 7: return run<7>(p, stream);  // 5 + TrimFirstPv (fwd v13)
     case 8: return run<8>(p, stream);  // 5 + WgSkip under the mask without KWaitFirst (fwd v13)
     case 9: return run<9>(p, stream);  // 7 + Lpt under the mask (session 9)
+    case 10: return run<10>(p, stream);  // 4 + TrimFirst without the mask, 9 under it
     default: return "hd256 has no forward variant " + std::to_string(variant);
   }
 }
