@@ -50,8 +50,10 @@ inline int64_t fwd_persistent_busiest_cost(const FwdPersistentShape& s, int64_t 
   // lpt_tile_coord's m block only depends on the pair count, not on how it splits into heads.
   const int heads = int(s.pairs), batch = 1;
   for (int64_t t = 0; t < tiles; ++t) {
-    const int r = int(t / s.ctas), i = int(t % s.ctas);
-    const int b = (r & 1) ? s.ctas - 1 - i : i;  // persistent_deal_index inverted (causal)
+    // The CTA that runs tile t: within a round the deal is a reflection or the identity, so it
+    // is its own inverse.
+    const int r = int(t / s.ctas);
+    const int b = persistent_deal_index(r, s.ctas, int(t % s.ctas), true) - r * s.ctas;
     per_cta[static_cast<std::size_t>(b)] += cost[static_cast<std::size_t>(lpt_tile_coord(int(t), m_blocks, heads, batch, int(section)).m_block)];
   }
   int64_t busiest = 0;
