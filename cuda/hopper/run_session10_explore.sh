@@ -1,5 +1,6 @@
 #!/bin/bash
-# One device call (repo root, H200), ~2.5 minutes, forward harness only. Prepared in session 9 for
+# One device call (repo root, H200), ~2.5 minutes, forward harness only (REUSE_FWD_HARNESS=1: the
+# /tmp/f/chk that run_final_check.sh check just built, same sources and flags). Prepared in session 9 for
 # after the recorded benchmark (`ROUNDS=3 bash cuda/hopper/run_final_check.sh bench`):
 # (1) hd256 non-causal 2k, the thin cell (1.02 / 1.016 / 1.01 / 0.94x of cuDNN in four runs; 1024
 #     equal tiles = 7.76 waves): the library V9 vs V4 (persistent, O staged in Q), V10 (= V4 +
@@ -11,7 +12,7 @@
 T0=$SECONDS; el() { echo $((SECONDS-T0)); }
 OUT=${OUT:-/tmp/s10x_out}; mkdir -p "$OUT"; S=$OUT/summary.txt
 . cuda/hopper/harness_build.sh
-build_fwd_harness; echo "[$(el)s] fwd harness built rc=$?" >> $S
+if [ "${REUSE_FWD_HARNESS:-0}" = 1 ] && [ -x /tmp/f/chk ]; then echo "[$(el)s] reusing /tmp/f/chk" >> $S; else build_fwd_harness; echo "[$(el)s] fwd harness built rc=$?" >> $S; fi
 C=/tmp/f/chk
 for dv in 256:4,10,2 128:3 64:4; do d=${dv%:*}; v=${dv#*:}
   timeout 60 $C --hd $d --variants $v >> $OUT/check.txt 2>&1; echo "[$(el)s] check hd$d V$v rc=$? $(grep 'cases passed' $OUT/check.txt | tail -1)" >> $S
