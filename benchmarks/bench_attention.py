@@ -417,6 +417,17 @@ def _fmt_tf(x: float | None) -> str:
     return f"{x:.3g}"
 
 
+def format_ratio(r: float) -> str:
+    """A jax_fa4/cudnn ratio for the tables: two decimals, four within 0.005 of 1.0 (where two would
+    print 0.998 as "1.00x"), and bold below 1.0, never rounded up to it."""
+    digits = 4 if 0.995 <= r < 1.005 else 2
+    text = f"{r:.{digits}f}"
+    while r < 1.0 and float(text) >= 1.0:
+        digits += 2
+        text = f"{r:.{digits}f}"
+    return f"**{text}x**" if r < 1.0 else f"{text}x"
+
+
 def table(records: list[dict[str, Any]], impls: Sequence[str], key: str) -> str:
     """A markdown table of `key` ("fwd_tflops" or "bwd_tflops") per cell, with jax_fa4/cudnn."""
     by_cell: dict[tuple[int, bool, int], dict[str, float | None]] = {}
@@ -429,7 +440,7 @@ def table(records: list[dict[str, Any]], impls: Sequence[str], key: str) -> str:
         row = [str(d), "yes" if c else "no", str(s)] + [_fmt_tf(vals.get(i)) for i in impls]
         if ratio:
             a, b = vals.get("jax_fa4"), vals.get("cudnn")
-            row.append(f"{a / b:.2f}x" if a is not None and b else "-")
+            row.append(format_ratio(a / b) if a is not None and b else "-")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
