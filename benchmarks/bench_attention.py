@@ -63,6 +63,9 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.90")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ratios import ratio_text  # noqa: E402
+
 ALL_IMPLS = ("jax_fa4", "jax_fa4_det", "cudnn", "fa3", "xla")
 # --impls default: all but jax_fa4_det (its forward is jax_fa4's; ask for it to time the
 # deterministic backward).
@@ -418,13 +421,8 @@ def _fmt_tf(x: float | None) -> str:
 
 
 def format_ratio(r: float) -> str:
-    """A jax_fa4/cudnn ratio for the tables: two decimals, four within 0.005 of 1.0 (where two would
-    print 0.998 as "1.00x"), and bold below 1.0, never rounded up to it."""
-    digits = 4 if 0.995 <= r < 1.005 else 2
-    text = f"{r:.{digits}f}"
-    while r < 1.0 and float(text) >= 1.0:
-        digits += 2
-        text = f"{r:.{digits}f}"
+    """A jax_fa4/cudnn ratio for the markdown tables: ratio_text, bold below 1.0."""
+    text = ratio_text(r)
     return f"**{text}x**" if r < 1.0 else f"{text}x"
 
 
