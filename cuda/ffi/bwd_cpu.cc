@@ -4,12 +4,16 @@
 // block is one task that sums in a fixed order, no atomics, whatever the thread count), so both
 // values give the same bits.
 #include "cpu/attention_cpu.h"
-#include "ffi/cpu_args.h"
+#include "ffi/args.h"
 #include "ffi/handlers.h"
 
 namespace ffi = xla::ffi;
 
 namespace jax_fa4::ffi_cpu {
+
+cpu::ElementType element_type(ffi::DataType t);           // fwd_cpu.cc
+cpu::AttentionShape cpu_shape(const ffi_args::Dims& d);  // fwd_cpu.cc
+
 namespace {
 
 ffi::Error Fa4BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, ffi::AnyBuffer o,
@@ -19,32 +23,12 @@ ffi::Error Fa4BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, f
                          ffi::Result<ffi::AnyBuffer> dv, double softmax_scale, bool causal,
                          bool deterministic) {
   (void)deterministic;  // always deterministic here (see the top of this file)
-  cpu::AttentionShape s{};
-  cpu::ElementType type{};
-  if (auto err = decode_shape(q, k, v, &s, &type); err.failure()) return err;
-  if (auto err = check_scale(softmax_scale); err.failure()) return err;
-  const auto dt = q.element_type();
-  if (o.element_type() != dt || d_o.element_type() != dt || dq->element_type() != dt ||
-      dk->element_type() != dt || dv->element_type() != dt)
-    return invalid("o, do, dq, dk and dv must have q's dtype");
-  const std::initializer_list<int64_t> o_shape = {s.batch, s.seq_q, s.heads_q, s.head_dim_v};
-  if (auto err = check_dims("o", o.dimensions(), o_shape); err.failure()) return err;
-  if (auto err = check_dims("do", d_o.dimensions(), o_shape); err.failure()) return err;
-  if (auto err = check_dims("lse", lse.dimensions(), {s.batch, s.heads_q, s.seq_q});
-      err.failure())
+  ffi_args::Dims d{};
+  if (auto err = ffi_args::check_bwd(q, k, v, o, lse, d_o, dlse, *dq, *dk, *dv, softmax_scale, &d); err.failure())
     return err;
-  if (auto err = check_dims("dlse", dlse.dimensions(), {s.batch, s.heads_q, s.seq_q});
-      err.failure())
-    return err;
-  if (auto err = check_dims("dq", dq->dimensions(), {s.batch, s.seq_q, s.heads_q, s.head_dim});
-      err.failure())
-    return err;
-  if (auto err = check_dims("dk", dk->dimensions(), {s.batch, s.seq_k, s.heads_kv, s.head_dim});
-      err.failure())
-    return err;
-  if (auto err = check_dims("dv", dv->dimensions(), {s.batch, s.seq_k, s.heads_kv, s.head_dim_v});
-      err.failure())
-    return err;
+  if (auto err = ffi_args::check_cpu_support("backward", d); err.failure()) return err;
+  const cpu::ElementType type = element_type(d.dtype);
+  const cpu::AttentionShape s = cpu_shape(d);
   cpu::attention_backward(type, s, {static_cast<float>(softmax_scale), causal}, q.untyped_data(),
                           k.untyped_data(), v.untyped_data(), o.untyped_data(), lse.typed_data(),
                           d_o.untyped_data(), dlse.typed_data(), dq->untyped_data(), dk->untyped_data(),

@@ -1,29 +1,32 @@
 // FFI handler jax_fa4_fwd_cpu: (q, k, v) -> (o, lse) on the CPU.
 #include "cpu/attention_cpu.h"
-#include "ffi/cpu_args.h"
+#include "ffi/args.h"
 #include "ffi/handlers.h"
 
 namespace ffi = xla::ffi;
 
 namespace jax_fa4::ffi_cpu {
+
+// The CPU kernels' element type of an FFI dtype (check_cpu_support has admitted it).
+cpu::ElementType element_type(ffi::DataType t) {
+  return t == ffi::DataType::F32 ? cpu::ElementType::kF32
+         : t == ffi::DataType::BF16 ? cpu::ElementType::kBF16 : cpu::ElementType::kF16;
+}
+
+cpu::AttentionShape cpu_shape(const ffi_args::Dims& d) {
+  return cpu::AttentionShape{d.batch, d.seq_q, d.seq_k, d.heads_q, d.heads_kv, d.head_dim, d.head_dim_v};
+}
+
 namespace {
 
 ffi::Error Fa4FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                          ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::Buffer<ffi::F32>> lse,
                          double softmax_scale, bool causal) {
-  cpu::AttentionShape s{};
-  cpu::ElementType type{};
-  if (auto err = decode_shape(q, k, v, &s, &type); err.failure()) return err;
-  if (auto err = check_scale(softmax_scale); err.failure()) return err;
-  if (o->element_type() != q.element_type()) return invalid("o must have q's dtype");
-  if (auto err = check_dims("o", o->dimensions(), {s.batch, s.seq_q, s.heads_q, s.head_dim_v});
-      err.failure())
-    return err;
-  if (auto err = check_dims("lse", lse->dimensions(), {s.batch, s.heads_q, s.seq_q});
-      err.failure())
-    return err;
-  cpu::attention_forward(type, s, {static_cast<float>(softmax_scale), causal}, q.untyped_data(),
-                         k.untyped_data(), v.untyped_data(), o->untyped_data(),
+  ffi_args::Dims d{};
+  if (auto err = ffi_args::check_fwd(q, k, v, *o, *lse, softmax_scale, &d); err.failure()) return err;
+  if (auto err = ffi_args::check_cpu_support("forward", d); err.failure()) return err;
+  cpu::attention_forward(element_type(d.dtype), cpu_shape(d), {static_cast<float>(softmax_scale), causal},
+                         q.untyped_data(), k.untyped_data(), v.untyped_data(), o->untyped_data(),
                          lse->typed_data());
   return ffi::Error::Success();
 }

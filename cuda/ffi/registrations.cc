@@ -6,8 +6,8 @@
 
 #include "ffi/handlers.h"
 #ifdef JAX_FA4_WITH_CUDA
-#include "hopper/bwd_workspace.h"
-#include "hopper/fwd_schedule.h"
+#include "hopper/bwd/workspace.h"
+#include "hopper/fwd/schedule_model.h"
 #endif
 
 namespace nb = nanobind;
@@ -54,7 +54,7 @@ NB_MODULE(_jax_fa4_ext, m) {
         return static_cast<int64_t>(fa4::hopper::bwd_workspace_bytes(batch, seq_q, heads_q, head_dim));
       },
       nb::arg("batch"), nb::arg("seq_q"), nb::arg("heads_q"), nb::arg("head_dim"),
-      "Bytes of the uint8 workspace result of jax_fa4_bwd_cuda (cuda/hopper/bwd_workspace.h)");
+      "Bytes of the uint8 workspace result of jax_fa4_bwd_cuda (cuda/hopper/bwd/workspace.h)");
   m.def(
       "cuda_fwd_persistent_section",
       [](int64_t seq_q, int64_t seq_k, int64_t pairs, int64_t kv_bytes_per_pair, int block_m, int block_n,
@@ -67,7 +67,7 @@ NB_MODULE(_jax_fa4_ext, m) {
       },
       nb::arg("seq_q"), nb::arg("seq_k"), nb::arg("pairs"), nb::arg("kv_bytes_per_pair"), nb::arg("block_m"),
       nb::arg("block_n"), nb::arg("ctas"),
-      "(section, busiest CTA's modelled cost) the persistent causal forward picks (cuda/hopper/fwd_schedule.h)");
+      "(section, busiest CTA's modelled cost) the persistent causal forward picks (cuda/hopper/fwd/schedule_model.h)");
 #else
   m.attr("built_with_cuda") = false;
 #endif

@@ -1,12 +1,12 @@
 // Host-side choice of the persistent causal forward kernel's tile order (plain C++, no device
 // code, so the extension can expose it to the CPU tests).
 //
-// persistent_tile deals the Lpt order (lpt_tile_coord: sections of `section` (head, batch) pairs,
-// longest m block first inside a section) boustrophedon over the grid. One section over all pairs
+// The persistent scheduler deals the longest-first order (lpt_tile_coord: sections of `section`
+// (head, batch) pairs, longest m block first inside a section) boustrophedon over the grid. One section over all pairs
 // balances well, but the tiles that run together then belong to different pairs, so every tile
 // reads its K/V from DRAM: at hd64 causal 2k the H200 counted a 27% L2 hit rate and 2.75 TB/s
 // against cuDNN's 73% and 0.75 TB/s, and under the 700 W cap that traffic cost ~10% of the clock
-// (session 9: 1.70 vs 1.88 GHz in the steady state). Sections whose K/V fits in L2 keep the reuse,
+// (1.70 vs 1.88 GHz in the steady state). Sections whose K/V fits in L2 keep the reuse,
 // but how evenly the deal then spreads the work depends on the section size (a host model at hd64
 // 2k: 1.005x to 1.06x the mean for the busiest CTA). So the launcher scores every section that
 // fits with the same deal and a tile cost of its key blocks plus a fixed per-tile overhead, and
@@ -16,7 +16,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "hopper/fwd_config.cuh"
+#include "hopper/common/mask.cuh"
+#include "hopper/fwd/tile_order.h"
 
 namespace fa4::hopper {
 
@@ -37,15 +38,14 @@ constexpr int64_t kFwdTileOverheadHalfBlocks = 3;
 constexpr int64_t kFwdSectionCandidates = 64;
 constexpr int64_t kFwdSectionScoreBudget = int64_t(1) << 22;
 
-// The busiest CTA's cost (half key blocks) when persistent_tile deals the causal Lpt order with
+// The busiest CTA's cost (half key blocks) when the persistent scheduler deals the causal longest-first order with
 // `section` pairs per section.
 inline int64_t fwd_persistent_busiest_cost(const FwdPersistentShape& s, int64_t section) {
   const int m_blocks = int((s.seq_q + s.block_m - 1) / s.block_m);
   const int64_t tiles = int64_t(m_blocks) * s.pairs;
   std::vector<int64_t> cost(static_cast<std::size_t>(m_blocks));
   for (int m = 0; m < m_blocks; ++m)
-    cost[static_cast<std::size_t>(m)] = 2 * int64_t(fwd_tile_key_blocks<true>(m * s.block_m, s.block_m, s.block_n, int(s.seq_q),
-                                                      int(s.seq_k))) + kFwdTileOverheadHalfBlocks;
+    cost[static_cast<std::size_t>(m)] = 2 * int64_t(AttentionMask<true>{int(s.seq_q), int(s.seq_k)}.key_blocks(m * s.block_m, s.block_m, s.block_n)) + kFwdTileOverheadHalfBlocks;
   std::vector<int64_t> per_cta(static_cast<std::size_t>(s.ctas), 0);
   // lpt_tile_coord's m block only depends on the pair count, not on how it splits into heads.
   const int heads = int(s.pairs), batch = 1;
@@ -61,7 +61,7 @@ inline int64_t fwd_persistent_busiest_cost(const FwdPersistentShape& s, int64_t 
   return busiest;
 }
 
-// The section (pairs per Lpt section, in [1, pairs]) for persistent_tile under a causal mask.
+// The section (pairs per longest-first section, in [1, pairs]) for the persistent scheduler under a causal mask.
 // Among the sections whose K/V fits kFwdSectionL2Bytes, the one whose busiest CTA costs least
 // (ties: the larger). All pairs in one section only when even one pair's K/V does not fit, or when
 // the scoring budget allows no candidate.

@@ -2,7 +2,7 @@
 
 #include <mutex>
 
-#include "hopper/tensor_map.h"
+#include "hopper/common/tensor_map.h"
 
 namespace fa4::hopper {
 namespace {

@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#include "hopper/mbarrier.cuh"
+#include "hopper/ptx/mbarrier.cuh"
 
 namespace fa4::hopper {
 

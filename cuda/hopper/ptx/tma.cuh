@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "hopper/mbarrier.cuh"
+#include "hopper/ptx/mbarrier.cuh"
 
 namespace fa4::hopper {
 

@@ -5,9 +5,9 @@
 #pragma once
 #include <cstdint>
 
-#include "hopper/mbarrier.cuh"
-#include "hopper/tma.cuh"
-#include "hopper/wgmma.cuh"
+#include "hopper/ptx/mbarrier.cuh"
+#include "hopper/ptx/tma.cuh"
+#include "hopper/ptx/wgmma.cuh"
 
 namespace fa4::hopper {
 

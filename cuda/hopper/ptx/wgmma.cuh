@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "hopper/mbarrier.cuh"
+#include "hopper/ptx/mbarrier.cuh"
 
 namespace fa4::hopper {
 

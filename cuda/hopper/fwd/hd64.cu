@@ -1,0 +1,14 @@
+// The library's forward configurations for head dim 64 (bf16 and fp16, both masks) and the
+// heuristic between them.
+#include "hopper/fwd/heuristics.h"
+#include "hopper/fwd/launch.cuh"
+
+namespace fa4::hopper {
+template std::string launch_fwd_config<FwdHd64>(const FwdProblem&, cudaStream_t, const FwdScheduleParams&);
+template std::string launch_fwd_config<FwdHd64Persistent>(const FwdProblem&, cudaStream_t, const FwdScheduleParams&);
+
+std::string launch_fwd_hd64(const FwdProblem& p, cudaStream_t stream) {
+  if (p.seq_k <= fwd_persistent_max_seq_k(64, p.causal)) return launch_fwd_config<FwdHd64Persistent>(p, stream);
+  return launch_fwd_config<FwdHd64>(p, stream);
+}
+}  // namespace fa4::hopper

@@ -1,0 +1,310 @@
+// The Hopper forward attention kernels (docs/hopper-kernels.md).
+//
+// A CTA computes block_m = 64 * W query rows of one (batch, head) against every visible key:
+//   warpgroup 0  producer: one thread loads Q, then streams K and V tiles by TMA into rings of
+//                kv_stages buffers (common/pipeline.cuh); registers lowered with setmaxnreg.
+//   warpgroups 1..W  consumers: warpgroup c owns Q rows [64c, 64c + 64) and runs consume_tile
+//                (fwd/mainloop.cuh), then the epilogue (fwd/epilogue.cuh).
+// fwd_kernel runs one tile per CTA (FwdSchedule kSingleTile / kLongestFirst); O is staged in the
+// Q buffer. fwd_kernel_persistent loops over the tiles its FwdScheduler deals it; the K/V rings,
+// the issue-token ring and the Q barriers run on across tiles:
+//   q_full   (1 arrival + Q's bytes) phase k = tile k's Q landed; consumers wait with parity k % 2.
+//   q_empty  (one arrival per consumer warpgroup, after its last S = Q K^T of a tile retired) phase
+//            k = tile k's Q no longer read; the producer waits for it before loading tile k + 1's Q,
+//            having already queued tile k + 1's first K. No phase can be skipped: Q(k + 1) needs
+//            every warpgroup's tile-k arrival, which comes after that warpgroup's tile-k q_full wait.
+//   O        staged in its own buffer (sO, Q's layout); a warpgroup's elected thread waits for its
+//            previous store to have read sO (bulk wait_group.read) before the warpgroup rewrites it.
+// So the next tile's Q and first K/V load while this tile's last PV, normalisation and store run.
+// A causal tile whose rows see no key is skipped by producer and consumers alike, so the Q
+// barriers' phases stay in step.
+#pragma once
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "hopper/common/mask.cuh"
+#include "hopper/common/pipeline.cuh"
+#include "hopper/fwd/epilogue.cuh"
+#include "hopper/fwd/mainloop.cuh"
+#include "hopper/fwd/scheduler.cuh"
+#include "hopper/fwd/softmax.cuh"
+#include "hopper/ptx/barrier.cuh"
+#include "hopper/ptx/mbarrier.cuh"
+#include "hopper/ptx/tma.cuh"
+
+namespace fa4::hopper {
+
+template <class T, class Cfg, bool Causal>
+__device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, uint8_t* sV, uint64_t* q_full,
+                                             typename TmaConsumerPipeline<T, Cfg, true>::Staged::Barriers* k_bars,
+                                             typename TmaConsumerPipeline<T, Cfg, false>::Staged::Barriers* v_bars,
+                                             const CUtensorMap* tm_o, const FwdArgs& args,
+                                             const AttentionMask<Causal>& mask, int m0, int head, int batch,
+                                             int n_blocks) {
+  constexpr int N = Cfg::block_n();
+  constexpr int D = Cfg::head_dim();
+  constexpr int W = Cfg::consumer_warpgroups();
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const bool elected = tid == 0;
+  const int row_in_wg = warp * 16 + lane / 4;  // this thread's first row; its second is +8
+  const int row0 = m0 + c * 64 + row_in_wg;
+  const uint32_t sched_mine = kBarSched + c;
+  const uint32_t sched_next = kBarSched + (c + 1) % W;
+
+  TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
+  TmaConsumerPipeline<T, Cfg, false> v(v_bars, sV);
+  OnlineSoftmax<N / 2> softmax;
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  float s[N / 2];
+  uint32_t p[N / 4];
+  float o_scale[2];
+
+  // The last warpgroup hands the first issue token to warpgroup 0.
+  if (c == W - 1) named_barrier_arrive(kBarSched, kSchedThreads);
+
+  // WgSkip: this warpgroup computes only key blocks [0, n_mine) and passes the others on.
+  // mask_m0 = this warpgroup's first row, which makes needs_mask exact for it.
+  const int mask_m0 = Cfg::wg_skip() ? m0 + c * 64 : m0;
+  const int n_mine = warpgroup_block_count<Cfg>(mask, m0, c, args.seq_q, n_blocks);
+
+  // Also on the skip-everything path: the epilogue writes O over this warpgroup's Q rows.
+  if (n_blocks > 0) mbarrier_wait(q_full, 0);
+  if constexpr (Cfg::wg_skip()) pass_skipped_blocks<Cfg>(k, v, n_blocks, n_mine, sched_mine, sched_next, elected);
+  if (n_mine > 0) {
+    consume_tile<T, Cfg>(sQ + c * 64 * 128, k, v, s, o, p, o_scale, softmax, mask, m0, c, n_mine, mask_m0, row0,
+                         lane, elected, sched_mine, sched_next, args.scale_log2, [](int) {});
+  }
+
+  // Epilogue through this warpgroup's rows of the Q buffer (no longer read by them).
+  float lse[2];
+  softmax.finalize(args.softmax_scale, o_scale, lse);
+  store_o<T, Cfg>(sQ, tm_o, o, o_scale, c, row_in_wg, lane, elected, m0, head, batch, args.seq_q);
+  store_lse(args, lse, row0, lane, head, batch);
+  if (elected) tma_store_wait_read_all();  // shared memory must outlive the store's reads
+  // Balance the token handed over at the start so no barrier is left half-arrived.
+  if (c == 0) named_barrier_sync(kBarSched, kSchedThreads);
+}
+
+template <class T, class Cfg, bool Causal>
+__global__ void __launch_bounds__(Cfg::threads(), 1)
+    fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+               const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
+               const FwdArgs args) {
+  static_assert(!Cfg::persistent(), "fwd_kernel runs one tile per CTA");
+  using KCons = TmaConsumerPipeline<T, Cfg, true>;
+  using VCons = TmaConsumerPipeline<T, Cfg, false>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint8_t* sQ = smem + Cfg::q_offset();
+  uint8_t* sK = smem + Cfg::k_offset();
+  uint8_t* sV = smem + Cfg::v_offset();
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
+  auto* k_bars = reinterpret_cast<typename KCons::Staged::Barriers*>(q_full + 1);
+  auto* v_bars = reinterpret_cast<typename VCons::Staged::Barriers*>(k_bars + 1);
+
+  FwdTileCoord tc;
+  FwdScheduler<Cfg, Causal>(args).tile(0, tc);
+  const int m0 = tc.m_block * Cfg::block_m();
+  const int head = tc.head;
+  const int batch = tc.batch;
+  const AttentionMask<Causal> mask{args.seq_q, args.seq_k};
+  const int n_blocks = mask.key_blocks(m0, Cfg::block_m(), Cfg::block_n());
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_map(&tm_q);
+    tma_prefetch_map(&tm_k);
+    tma_prefetch_map(&tm_v);
+    mbarrier_init(q_full, 1);
+    KCons::Staged::init(k_bars, Cfg::consumer_warpgroups());
+    VCons::Staged::init(v_bars, Cfg::consumer_warpgroups());
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    setmaxnreg_dec<Cfg::producer_regs()>();
+    if (threadIdx.x == 0 && n_blocks > 0) {
+      constexpr int N = Cfg::block_n();
+      const int kv_head = head / args.group;
+      mbarrier_arrive_expect_tx(q_full, Cfg::q_bytes());
+#pragma unroll
+      for (int c = 0; c < Cfg::chunks(); ++c) {
+        tma_load_4d(sQ + c * Cfg::chunk_bytes_q(), &tm_q, q_full, c * 64, m0, head, batch);
+      }
+      // Consumers take K(n) then V(n+1): load in that order so neither ring stalls the other.
+      TmaProducerPipeline<T, Cfg, true> k(k_bars, sK);
+      TmaProducerPipeline<T, Cfg, false> v(v_bars, sV);
+      int n = n_blocks - 1;
+      k.load(&tm_k, n * N, kv_head, batch);
+      for (; n > 0; --n) {
+        k.load(&tm_k, (n - 1) * N, kv_head, batch);
+        v.load(&tm_v, n * N, kv_head, batch);
+      }
+      v.load(&tm_v, 0, kv_head, batch);
+    }
+  } else {
+    setmaxnreg_inc<Cfg::consumer_regs()>();
+    fwd_consumer<T, Cfg, Causal>(wg - 1, sQ, sK, sV, q_full, k_bars, v_bars, &tm_o, args, mask, m0, head, batch,
+                                 n_blocks);
+  }
+}
+
+template <class T, class Cfg, bool Causal>
+__device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint8_t* sO, uint64_t* q_full,
+                                                        uint64_t* q_empty, uint8_t* sK, uint8_t* sV,
+                                                        typename TmaConsumerPipeline<T, Cfg, true>::Staged::Barriers* k_bars,
+                                                        typename TmaConsumerPipeline<T, Cfg, false>::Staged::Barriers* v_bars,
+                                                        const CUtensorMap* tm_o, const FwdArgs& args,
+                                                        const FwdScheduler<Cfg, Causal>& sched) {
+  constexpr int N = Cfg::block_n();
+  constexpr int D = Cfg::head_dim();
+  constexpr int W = Cfg::consumer_warpgroups();
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const bool elected = tid == 0;
+  const int row_in_wg = warp * 16 + lane / 4;  // this thread's first row; its second is +8
+  const uint32_t sched_mine = kBarSched + c;
+  const uint32_t sched_next = kBarSched + (c + 1) % W;
+  const AttentionMask<Causal> mask{args.seq_q, args.seq_k};
+  const uint8_t* q_tile = sQ + c * 64 * 128;  // this warpgroup's 64 rows inside each chunk
+
+  TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
+  TmaConsumerPipeline<T, Cfg, false> v(v_bars, sV);
+  uint32_t q_phase = 0;  // the parity of q_full's next phase
+
+  if (c == W - 1) named_barrier_arrive(kBarSched, kSchedThreads);
+
+  FwdTileCoord tc;
+  for (int r = 0; sched.tile(r, tc); ++r) {
+    const int m0 = tc.m_block * Cfg::block_m();
+    const int head = tc.head;
+    const int batch = tc.batch;
+    const int row0 = m0 + c * 64 + row_in_wg;
+    const int n_blocks = mask.key_blocks(m0, Cfg::block_m(), Cfg::block_n());
+
+    OnlineSoftmax<N / 2> softmax;
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    float s[N / 2];
+    uint32_t p[N / 4];
+    float o_scale[2];
+
+    // WgSkip: as in fwd_consumer; the rings run on into the next tile, so every stage must be
+    // released. A warpgroup that computes nothing arrives on q_empty right after its q_full wait
+    // (it never reads Q; the wait keeps it from arriving for the next tile before this tile's
+    // phase completed).
+    const int mask_m0 = Cfg::wg_skip() ? m0 + c * 64 : m0;
+    const int n_mine = warpgroup_block_count<Cfg>(mask, m0, c, args.seq_q, n_blocks);
+    if (n_blocks > 0) {
+      mbarrier_wait(q_full, q_phase);
+      q_phase ^= 1u;
+    }
+    if constexpr (Cfg::wg_skip()) {
+      if (n_mine == 0 && n_blocks > 0 && elected) mbarrier_arrive(q_empty);
+      pass_skipped_blocks<Cfg>(k, v, n_blocks, n_mine, sched_mine, sched_next, elected);
+    }
+    if (n_mine > 0) {
+      // The tile's last read of Q retired with S of block 0.
+      consume_tile<T, Cfg>(q_tile, k, v, s, o, p, o_scale, softmax, mask, m0, c, n_mine, mask_m0, row0, lane,
+                           elected, sched_mine, sched_next, args.scale_log2, [&](int kb) {
+                             if (kb == 0 && elected) mbarrier_arrive(q_empty);
+                           });
+    }
+
+    // Epilogue through sO: the previous tile's store must have read this warpgroup's rows first.
+    float lse[2];
+    softmax.finalize(args.softmax_scale, o_scale, lse);
+    if (elected) tma_store_wait_read_all();
+    named_barrier_sync(kBarEpilogue + c, 128);
+    store_o<T, Cfg>(sO, tm_o, o, o_scale, c, row_in_wg, lane, elected, m0, head, batch, args.seq_q);
+    store_lse(args, lse, row0, lane, head, batch);
+  }
+  if (elected) tma_store_wait_read_all();  // shared memory must outlive the stores' reads
+  if (c == 0) named_barrier_sync(kBarSched, kSchedThreads);
+}
+
+template <class T, class Cfg, bool Causal>
+__global__ void __launch_bounds__(Cfg::threads(), 1)
+    fwd_kernel_persistent(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                          const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
+                          const FwdArgs args) {
+  static_assert(Cfg::persistent(), "the persistent kernel needs the persistent layout (O buffer, Q-empty barrier)");
+  using KCons = TmaConsumerPipeline<T, Cfg, true>;
+  using VCons = TmaConsumerPipeline<T, Cfg, false>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  uint8_t* sQ = smem + Cfg::q_offset();
+  uint8_t* sK = smem + Cfg::k_offset();
+  uint8_t* sV = smem + Cfg::v_offset();
+  uint8_t* sO = smem + Cfg::o_offset();
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
+  auto* k_bars = reinterpret_cast<typename KCons::Staged::Barriers*>(q_full + 1);
+  auto* v_bars = reinterpret_cast<typename VCons::Staged::Barriers*>(k_bars + 1);
+  uint64_t* q_empty = reinterpret_cast<uint64_t*>(v_bars + 1);
+  const AttentionMask<Causal> mask{args.seq_q, args.seq_k};
+  const FwdScheduler<Cfg, Causal> sched(args);
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_map(&tm_q);
+    tma_prefetch_map(&tm_k);
+    tma_prefetch_map(&tm_v);
+    tma_prefetch_map(&tm_o);
+    mbarrier_init(q_full, 1);
+    mbarrier_init(q_empty, Cfg::consumer_warpgroups());
+    KCons::Staged::init(k_bars, Cfg::consumer_warpgroups());
+    VCons::Staged::init(v_bars, Cfg::consumer_warpgroups());
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    setmaxnreg_dec<Cfg::producer_regs()>();
+    if (threadIdx.x == 0) {
+      constexpr int N = Cfg::block_n();
+      TmaProducerPipeline<T, Cfg, true> k(k_bars, sK);
+      TmaProducerPipeline<T, Cfg, false> v(v_bars, sV);
+      uint32_t q_phase = 0;  // q_empty phases waited for so far, mod 2
+      FwdTileCoord tc;
+      for (int r = 0; sched.tile(r, tc); ++r) {
+        const int m0 = tc.m_block * Cfg::block_m();
+        const int head = tc.head;
+        const int batch = tc.batch;
+        const int kv_head = head / args.group;
+        const int n_blocks = mask.key_blocks(m0, Cfg::block_m(), Cfg::block_n());
+        if (n_blocks == 0) continue;  // the consumers skip its Q barriers too
+        int n = n_blocks - 1;
+        // The first K may land while the consumers still read the previous tile's Q; Q only once
+        // every consumer warpgroup's last S of the previous tile retired (a fresh barrier passes
+        // parity 1 at once, as the rings' empty barriers).
+        k.load(&tm_k, n * N, kv_head, batch);
+        mbarrier_wait(q_empty, q_phase ^ 1);
+        q_phase ^= 1;
+        mbarrier_arrive_expect_tx(q_full, Cfg::q_bytes());
+#pragma unroll
+        for (int c = 0; c < Cfg::chunks(); ++c) {
+          tma_load_4d(sQ + c * Cfg::chunk_bytes_q(), &tm_q, q_full, c * 64, m0, head, batch);
+        }
+        for (; n > 0; --n) {
+          k.load(&tm_k, (n - 1) * N, kv_head, batch);
+          v.load(&tm_v, n * N, kv_head, batch);
+        }
+        v.load(&tm_v, 0, kv_head, batch);
+      }
+    }
+  } else {
+    setmaxnreg_inc<Cfg::consumer_regs()>();
+    fwd_consumer_persistent<T, Cfg, Causal>(wg - 1, sQ, sO, q_full, q_empty, sK, sV, k_bars, v_bars, &tm_o, args,
+                                            sched);
+  }
+}
+
+}  // namespace fa4::hopper

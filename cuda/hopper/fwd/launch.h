@@ -1,0 +1,40 @@
+// Host entry points of the Hopper forward (cuda/ffi/fwd_cuda.cu and the standalone harness in
+// tests/gpu/cuda). No CUDA device code here, so plain C++ can include it.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "hopper/common/problem.h"
+
+namespace fa4::hopper {
+
+// q/k/v/o [batch, seq, heads, head_dim] (common/problem.h); lse float32 [batch, heads_q, seq_q].
+struct FwdProblem : ProblemShape {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;
+};
+
+// The scheduler's parameters. Zero means the library's choice: one CTA per SM for a persistent
+// configuration, and the longest-first section size its host model picks (fwd/schedule_model.h).
+// The harness sets them to run many tiles per CTA on small problems, or to time a section size.
+struct FwdScheduleParams {
+  int max_ctas = 0;  // a persistent configuration runs at most this many CTAs
+  int section = 0;   // (head, batch) pairs per longest-first section
+};
+
+// Validates the problem and enqueues the library's forward on `stream`: the configuration the
+// host heuristics pick (fwd/heuristics.h). Returns an empty string on success, else a message
+// saying what was given and what is supported. Never aborts.
+std::string launch_fwd(const FwdProblem& p, cudaStream_t stream);
+
+// One named configuration (fwd/config.cuh: FwdHd64, FwdHd64Persistent, FwdHd128,
+// FwdHd128Persistent, FwdHd256), for both dtypes and masks, after the same validation. The
+// library's instantiations are in fwd/hd*.cu: a configuration is only built for its head dim.
+template <template <bool> class Config>
+std::string launch_fwd_config(const FwdProblem& p, cudaStream_t stream, const FwdScheduleParams& params = {});
+
+}  // namespace fa4::hopper

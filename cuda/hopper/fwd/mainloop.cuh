@@ -1,0 +1,298 @@
+// The forward consumers' main loop: S = Q K^T (SS wgmma), the online softmax, O += P V (RS wgmma:
+// P stays in registers), in the order that lets one warpgroup's softmax hide under the other's MMAs.
+//
+// Per key block a consumer warpgroup waits for its issue token (a named barrier the consumers pass
+// around, so their MMAs reach the tensor cores in turn), issues S for block n and O += P(n + 1) V,
+// hands the token on, and does the softmax of S while the PV MMA runs. Key blocks run from the
+// last to the first, so under a causal mask the partial (diagonal) blocks come first and the rest
+// need no mask. consume_tile is the whole loop over one tile, shared by the one-tile and the
+// persistent kernels.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "hopper/common/mask.cuh"
+#include "hopper/common/pipeline.cuh"
+#include "hopper/fwd/softmax.cuh"
+#include "hopper/ptx/barrier.cuh"
+#include "hopper/ptx/mbarrier.cuh"
+#include "hopper/ptx/wgmma.cuh"
+#include "hopper/ptx/wgmma_mma.cuh"
+
+namespace fa4::hopper {
+
+template <class T> struct WgmmaTag;
+template <> struct WgmmaTag<__nv_bfloat16> { using type = Bf16; };
+template <> struct WgmmaTag<__half> { using type = F16; };
+
+// Named barrier ids (0 is __syncthreads). Issue token of consumer c: kBarSched + c.
+// Epilogue barrier of consumer c (its 128 threads): kBarEpilogue + c.
+constexpr uint32_t kBarSched = 1;
+constexpr uint32_t kBarEpilogue = 8;
+
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+// S = Q K^T for this warpgroup's 64 rows, over the head dim in k-steps of 16, waiting for each K
+// sub-stage just before its k-steps.
+// NE < block_n (the trimmed first block): only the first NE key columns (the D fragment of an
+// m64nNE wgmma holds the same columns in the same places as the first NE / 2 registers of the full
+// width's). WaitFirst (below): the trimmed block issues it on one branch of a switch, where an
+// injected warpgroup.arrive would serialize the kernel's wgmmas (C7520).
+template <class T, class Cfg, int NE = Cfg::block_n(), bool WaitFirst = Cfg::k_wait_first(), class KPipe>
+__device__ __forceinline__ void issue_qk(float (&s)[NE / 2], const uint8_t* q_tile, KPipe& k) {
+  using Tag = typename WgmmaTag<T>::type;
+  constexpr int kSteps = Cfg::head_dim() / 16;
+  constexpr int kStepsPerSub = kSteps / Cfg::qk_stages();
+  // WaitFirst: wait for every K sub-stage before the fence (no wait loop between wgmmas, so ptxas
+  // injects no warpgroup.arrive, C7519: on a warpgroup-dependent path such an arrive made it
+  // serialize every wgmma of the kernel, C7520). Otherwise sub-stage j's wait comes just before
+  // its k-steps, so the first k-steps overlap the later sub-stages' loads.
+  if constexpr (WaitFirst) {
+#pragma unroll
+    for (int j = 0; j < Cfg::qk_stages(); ++j) k.wait(j);
+  }
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < Cfg::qk_stages(); ++j) {
+    if constexpr (!WaitFirst) k.wait(j);
+#pragma unroll
+    for (int kk = j * kStepsPerSub; kk < (j + 1) * kStepsPerSub; ++kk) {
+      const int chunk = kk / 4;
+      const uint32_t within = (kk % 4) * 32;  // 16 elements = 32 bytes inside a swizzle row
+      auto a = MmaSmemDescriptor::sw128(q_tile + chunk * Cfg::chunk_bytes_q(), 0).plus_bytes(within);
+      auto b = k.desc(chunk).plus_bytes(within);
+      WgmmaSS<Tag, NE>::mma(s, a.bits, b.bits, kk > 0 ? 1u : 0u);
+    }
+  }
+  wgmma_commit();
+}
+
+// TrimFirst: the 16-column groups of key block n that rows [row_begin, row_begin + 64) can see
+// (0 .. block_n / 16).
+template <class Cfg, bool Causal>
+__device__ __forceinline__ int visible_ksteps(const AttentionMask<Causal>& mask, int n, int row_begin) {
+  constexpr int N = Cfg::block_n();
+  const int end = mask.key_end(row_begin, 64);  // one past the last column any of the rows sees
+  const int cols = min(N, max(0, end - n * N));
+  return (cols + 15) / 16;
+}
+
+// TrimFirst: calls first(std::integral_constant<int, 16 * ksteps>) with ksteps clamped to
+// 1 .. block_n / 16 (warp-uniform: the whole warpgroup takes one case). The first block's S lives
+// in its own array of exactly that width (a wgmma accumulator that only wgmma writes: writing a
+// prefix of the loop's full-width S made ptxas serialize every wgmma of the kernel, C7511/C7515).
+template <int N, class First>
+__device__ __forceinline__ void with_first_width(int ksteps, First&& first) {
+  static_assert(N % 16 == 0 && N <= 256, "16-column groups");
+  // From lane 0, so the compiler knows the switch is warp-uniform (a divergent switch around wgmmas
+  // made it add YIELD / WARPSYNC to every wait loop of the kernel, also the main loop's).
+  ksteps = __shfl_sync(0xffffffffu, max(1, min(N / 16, ksteps)), 0);
+#define FA4_TRIM_CASE(J)                                 \
+  case J:                                                \
+    if constexpr (16 * J <= N) {                         \
+      first(std::integral_constant<int, 16 * J>{});      \
+      return;                                            \
+    }                                                    \
+    break;
+  switch (ksteps) {
+    FA4_TRIM_CASE(1) FA4_TRIM_CASE(2) FA4_TRIM_CASE(3) FA4_TRIM_CASE(4) FA4_TRIM_CASE(5)
+    FA4_TRIM_CASE(6) FA4_TRIM_CASE(7) FA4_TRIM_CASE(8) FA4_TRIM_CASE(9) FA4_TRIM_CASE(10)
+    FA4_TRIM_CASE(11) FA4_TRIM_CASE(12) FA4_TRIM_CASE(13) FA4_TRIM_CASE(14) FA4_TRIM_CASE(15)
+    FA4_TRIM_CASE(16)
+    default: break;
+  }
+#undef FA4_TRIM_CASE
+}
+
+// O += P V: P (block_n keys) from registers in k-steps of 16 keys; V rows are 128 bytes apart.
+// NE < block_n (the trimmed first block): only the first NE keys (P is 0 past them).
+template <class T, class Cfg, int NE = Cfg::block_n(), class VPipe>
+__device__ __forceinline__ void issue_pv(float (&o)[Cfg::head_dim() / 2],
+                                         const uint32_t (&p)[Cfg::block_n() / 4], VPipe& v) {
+  using Tag = typename WgmmaTag<T>::type;
+  v.wait(0);
+  wgmma_fence();
+  const MmaSmemDescriptor b = v.desc();
+#pragma unroll
+  for (int kk = 0; kk < NE / 16; ++kk) {
+    const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
+    WgmmaRS<Tag, Cfg::head_dim()>::mma(o, a, b.plus_bytes(kk * 16 * 128).bits, 1u);
+  }
+  wgmma_commit();
+}
+
+// O *= o_scale per row after a PV.
+template <class Cfg>
+__device__ __forceinline__ void rescale_o(float (&o)[Cfg::head_dim() / 2], const float (&o_scale)[2]) {
+#pragma unroll
+  for (int j = 0; j < Cfg::head_dim() / 8; ++j) {
+    o[4 * j + 0] *= o_scale[0];
+    o[4 * j + 1] *= o_scale[0];
+    o[4 * j + 2] *= o_scale[1];
+    o[4 * j + 3] *= o_scale[1];
+  }
+}
+
+// The issue-token barrier's width: the waiting warpgroup plus the one handing over.
+constexpr uint32_t kSchedThreads = 256;
+
+// WgSkip: the key blocks [0, n_mine) warpgroup c computes of a tile's n_blocks: none if its rows
+// are all past seq_q (the last query tile's spare rows: never stored), else under a causal mask the
+// blocks its own rows see. n_mine is never below the tile's count for the warpgroup holding the
+// tile's last valid row, so every K/V stage is still waited on by someone before the producer may
+// refill it. Read from lane 0, so the compiler knows it is warp-uniform (else the main loop's trip
+// count looks divergent: wait loops get WARPSYNC / YIELD and the wgmma descriptors leave the
+// uniform datapath, +54 instructions per hd64 block). Without WgSkip: n_blocks.
+template <class Cfg, bool Causal>
+__device__ __forceinline__ int warpgroup_block_count(const AttentionMask<Causal>& mask, int m0, int c, int seq_q,
+                                                     int n_blocks) {
+  if constexpr (!Cfg::wg_skip()) {
+    return n_blocks;
+  } else {
+    const int mine = m0 + c * 64 >= seq_q ? 0 : Causal ? mask.key_blocks(m0 + c * 64, 64, Cfg::block_n()) : n_blocks;
+    return __shfl_sync(0xffffffffu, mine, 0);
+  }
+}
+
+// WgSkip: key blocks [n_mine, n_blocks) (the loop runs from the last block down, so these come
+// first) get the same token hand-over and stage releases as a computed block, without an MMA, so
+// the issue-token ring stays in step. Iteration n of the main loop releases K(n) and V(n + 1);
+// V(n_mine), whose PV the first computed block would issue, goes right after the loop. Each stage
+// is waited on (full) before it is released, as by a consumer that reads nothing: an arrival for a
+// stage's next lap can then never count towards this lap's phase (unwaited, a skipping warpgroup
+// could overtake a slower one: tests/gpu/cuda/fwd_protocol_model.py found it). S = -inf would give
+// P = 0 and leave O, the max and the sum as they are, so skipping is exact.
+template <class Cfg, class KPipe, class VPipe>
+__device__ __forceinline__ void pass_skipped_blocks(KPipe& k, VPipe& v, int n_blocks, int n_mine, uint32_t sched_mine,
+                                                    uint32_t sched_next, bool elected) {
+  for (int n = n_blocks - 1; n >= n_mine; --n) {
+    named_barrier_sync(sched_mine, kSchedThreads);
+    named_barrier_arrive(sched_next, kSchedThreads);
+#pragma unroll
+    for (int j = 0; j < Cfg::qk_stages(); ++j) k.wait(j);
+    k.release(elected);
+    k.advance();
+    if (n + 1 < n_blocks) {
+      v.wait(0);
+      v.release(elected);
+      v.advance();
+    }
+  }
+  if (n_mine < n_blocks) {
+    v.wait(0);
+    v.release(elected);
+    v.advance();
+  }
+}
+
+// One main-loop step of a consumer warpgroup (plain and persistent): S for key block kb while O
+// takes the previous block's P over its first PvKeys keys (block_n, or fewer for the trimmed
+// partial first block); after_s runs once S retired and K(kb) is released.
+template <class T, class Cfg, int PvKeys, bool Causal, class KPipe, class VPipe, class Softmax, class AfterS>
+__device__ __forceinline__ void fwd_pipelined_step(int kb, const uint8_t* q_tile, KPipe& k, VPipe& v,
+                                                   float (&s)[Cfg::block_n() / 2], float (&o)[Cfg::head_dim() / 2],
+                                                   uint32_t (&p)[Cfg::block_n() / 4], float (&o_scale)[2],
+                                                   Softmax& softmax, const AttentionMask<Causal>& mask, int mask_m0,
+                                                   int row0, int lane, bool elected, uint32_t sched_mine,
+                                                   uint32_t sched_next, float scale_log2, AfterS&& after_s) {
+  constexpr int N = Cfg::block_n();
+  named_barrier_sync(sched_mine, kSchedThreads);
+  issue_qk<T, Cfg>(s, q_tile, k);             // S for block kb ...
+  issue_pv<T, Cfg, PvKeys>(o, p, v);          // ... while O takes block kb + 1
+  named_barrier_arrive(sched_next, kSchedThreads);
+  wgmma_wait<1>();  // S done (groups retire in order), PV may still run
+  fence_regs(s);
+  k.release(elected);
+  k.advance();
+  after_s();
+  if (mask.needs_mask(kb, mask_m0, N)) mask.apply(s, kb * N, row0, lane);
+  softmax.update(s, scale_log2, o_scale);
+  wgmma_wait<0>();
+  fence_regs(o);
+  fence_regs(p);  // the RS wgmma read p asynchronously: keep its registers until here
+  v.release(elected);
+  v.advance();
+  rescale_o<Cfg>(o, o_scale);
+#pragma unroll
+  for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+}
+
+
+// One tile's main loop for consumer warpgroup c: key blocks n_blocks - 1 down to 0, of which this
+// warpgroup computes [0, n_mine) (warpgroup_block_count) and passes the others on. on_s_done(n)
+// runs once S of block n retired and K(n) was released (the persistent kernel's Q-empty arrival
+// after the tile's last S). O, the softmax state and P are the caller's; it runs the epilogue.
+template <class T, class Cfg, bool Causal, class KPipe, class VPipe, class OnSDone>
+__device__ __forceinline__ void consume_tile(const uint8_t* q_tile, KPipe& k, VPipe& v, float (&s)[Cfg::block_n() / 2],
+                                             float (&o)[Cfg::head_dim() / 2], uint32_t (&p)[Cfg::block_n() / 4],
+                                             float (&o_scale)[2], OnlineSoftmax<Cfg::block_n() / 2>& softmax,
+                                             const AttentionMask<Causal>& mask, int m0, int c, int n_mine,
+                                             int mask_m0, int row0, int lane, bool elected, uint32_t sched_mine,
+                                             uint32_t sched_next, float scale_log2, OnSDone&& on_s_done) {
+  constexpr int N = Cfg::block_n();
+  int n = n_mine - 1;
+  const int first_steps = Cfg::trim_first() ? visible_ksteps<Cfg>(mask, n, m0 + c * 64) : N / 16;
+  auto step = [&](auto pv_keys, int kb) {
+    fwd_pipelined_step<T, Cfg, decltype(pv_keys)::value>(kb, q_tile, k, v, s, o, p, o_scale, softmax, mask, mask_m0,
+                                                         row0, lane, elected, sched_mine, sched_next, scale_log2,
+                                                         [&] { on_s_done(kb); });
+  };
+
+  named_barrier_sync(sched_mine, kSchedThreads);
+  if constexpr (Cfg::trim_first()) {
+    with_first_width<N>(first_steps, [&](auto width) {
+      constexpr int NE = decltype(width)::value;
+      float sf[NE / 2];
+      issue_qk<T, Cfg, NE, true>(sf, q_tile, k);
+      named_barrier_arrive(sched_next, kSchedThreads);
+      wgmma_wait<0>();
+      fence_regs(sf);
+      k.release(elected);
+      k.advance();
+      on_s_done(n);
+      if (mask.needs_mask(n, mask_m0, N)) mask.apply(sf, n * N, row0, lane);
+      softmax.update(sf, scale_log2, o_scale);
+#pragma unroll
+      for (int q = 0; q < N / 4; ++q) p[q] = q < NE / 4 ? pack2<T>(sf[2 * q], sf[2 * q + 1]) : 0u;
+      // The loop's first step here, where NE is a constant, so this block's PV runs only its
+      // NE / 16 visible k-steps. The whole step, waits included: with the wgmmas still in flight
+      // where the switch's cases merge, ptxas moved accumulator registers under them and
+      // serialized every wgmma of the kernel (C7515).
+      if (n > 0) step(width, --n);
+    });
+  } else {
+    issue_qk<T, Cfg>(s, q_tile, k);
+    named_barrier_arrive(sched_next, kSchedThreads);
+    wgmma_wait<0>();
+    fence_regs(s);
+    k.release(elected);
+    k.advance();
+    on_s_done(n);
+    if (mask.needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
+    softmax.update(s, scale_log2, o_scale);
+#pragma unroll
+    for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
+  }
+
+  for (--n; n >= 0; --n) step(std::integral_constant<int, N>{}, n);
+  issue_pv<T, Cfg>(o, p, v);
+  wgmma_wait<0>();
+  fence_regs(o);
+  fence_regs(p);
+  v.release(elected);
+  v.advance();
+}
+
+}  // namespace fa4::hopper

@@ -1,0 +1,79 @@
+// The forward's online softmax on wgmma accumulator fragments.
+//
+// Fragment layout of a 64xN f32 accumulator in a warpgroup (PTX "wgmma .m64nNk16 D"): thread t,
+// warp w = t/32, lane l. Register 4*j + 2*i + e holds row 16*w + l/4 + 8*i, column 8*j + 2*(l%4) + e.
+// So each thread owns two rows (i = 0, 1); each row is spread over the 4 lanes of a quad.
+#pragma once
+#include <cstdint>
+
+#include <cmath>
+
+namespace fa4::hopper {
+
+// 2^x on the special-function unit (MUFU.EX2); ex2(-inf) = +0.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffff, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffff, v, 1);
+  return v + __shfl_xor_sync(0xffffffff, v, 2);
+}
+
+// Running max and sum of one thread's two rows. Scores stay unscaled; the softmax scale (times
+// log2 e) is folded into the one FMA that feeds each exp2.
+template <int NAcc>
+struct OnlineSoftmax {
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.f, 0.f};  // this thread's partial sums; the quad is summed in finalize
+
+  // Turns scores s into unnormalised probabilities p = 2^(s*scale_log2 - max*scale_log2) and
+  // returns in o_scale the factor by which the O rows accumulated so far must be multiplied.
+  // M < NAcc (the trimmed first block): only the first M accumulators of the block were computed;
+  // the other columns count as masked (p = 0).
+  template <int M = NAcc>
+  __device__ __forceinline__ void update(float (&s)[M], float scale_log2, float (&o_scale)[2]) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx = row_max[i];
+#pragma unroll
+      for (int j = 0; j < M / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
+      mx = quad_max(mx);
+      // A row that has seen only masked keys keeps max -inf; use 0 so -inf - max stays -inf, not NaN.
+      const float max_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
+      o_scale[i] = exp2_approx(row_max[i] * scale_log2 - max_scaled);
+      row_max[i] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < M / 4; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = exp2_approx(fmaf(s[4 * j + 2 * i + e], scale_log2, -max_scaled));
+          s[4 * j + 2 * i + e] = p;
+          sum += p;
+        }
+      }
+      row_sum[i] = row_sum[i] * o_scale[i] + sum;
+    }
+  }
+
+  // Per row: the factor that normalises O (0 for a row that saw no key) and the natural-log LSE
+  // (-inf for such a row).
+  __device__ __forceinline__ void finalize(float softmax_scale, float (&o_scale)[2], float (&lse)[2]) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float l = quad_sum(row_sum[i]);
+      const bool empty = !(l > 0.f);
+      o_scale[i] = empty ? 0.f : 1.f / l;
+      lse[i] = empty ? -INFINITY : row_max[i] * softmax_scale + logf(l);
+    }
+  }
+};
+
+}  // namespace fa4::hopper
