@@ -1,0 +1,108 @@
+#!/bin/bash
+# The GPU validation entry (repo root, on a Hopper machine): what must pass before a kernel change
+# lands. Stages, in order, each under its own timeout inside one budget (BUDGET seconds):
+#   install   pip install . (CMake builds every CUDA source; ptxas register/spill lines kept)
+#   harness   the standalone harnesses (tests/gpu/cuda): every named configuration and the
+#             library entry checked against float64 on the host, outputs poisoned; the persistent
+#             configurations also with many tiles per CTA and one-pair sections
+#   tests     pytest tests/gpu (jax_fa4 through JAX against the float64 oracle, the error rule)
+#   sanitize  compute-sanitizer memcheck, racecheck and synccheck on the harnesses' small shapes
+#   bench     benchmarks/bench_attention.py $BENCH_ARGS (only when named in STAGES)
+# STAGES (default "install harness tests sanitize"), BUDGET (default 570), OUT (default
+# /tmp/validate). $OUT/summary.txt has the timeline and verdicts; the logs go beside it.
+set -o pipefail
+OUT=${OUT:-/tmp/validate}
+BUDGET=${BUDGET:-570}
+STAGES=${STAGES:-"install harness tests sanitize"}
+mkdir -p "$OUT"
+T0=$SECONDS
+S=$OUT/summary.txt
+stamp() { echo "[$((SECONDS - T0))s] $*" | tee -a "$S"; }
+left() { echo $((BUDGET - (SECONDS - T0))); }
+cap() { local l=$(($(left) - $2)); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }  # own cap or what is left minus a reserve
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+
+export JAX_FA4_ENABLE_CUDA=ON XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-16} OMP_NUM_THREADS=${OMP_NUM_THREADS:-16}
+if [ -d .whl ]; then  # wheels the machine lacks (benchmark peers), carried
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+
+# The harness build runs beside the pip build.
+H=/tmp/harness
+NVCC_FLAGS="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda -Xcompiler -fopenmp"
+FWD_SRCS="cuda/hopper/fwd/hd64.cu cuda/hopper/fwd/hd128.cu cuda/hopper/fwd/hd256.cu cuda/hopper/fwd/launch.cu
+          tests/gpu/cuda/fwd_kernel_check.cu"
+BWD_SRCS="cuda/hopper/bwd/hd64.cu cuda/hopper/bwd/hd128.cu cuda/hopper/bwd/hd256.cu cuda/hopper/bwd/launch.cu
+          tests/gpu/cuda/bwd_kernel_check.cu"
+build_harness() {
+  mkdir -p $H/fwd $H/bwd
+  local f pids=()
+  nvcc $NVCC_FLAGS -c cuda/hopper/common/tensor_map.cu -o $H/tensor_map.o & pids+=($!)
+  for f in $FWD_SRCS; do nvcc $NVCC_FLAGS -c $f -o $H/fwd/$(basename $f .cu).o 2> $H/fwd/$(basename $f .cu).log & pids+=($!); done
+  for f in $BWD_SRCS; do nvcc $NVCC_FLAGS -c $f -o $H/bwd/$(basename $f .cu).o 2> $H/bwd/$(basename $f .cu).log & pids+=($!); done
+  for f in "${pids[@]}"; do wait $f; done
+  nvcc $NVCC_FLAGS $H/fwd/*.o $H/tensor_map.o -o $H/fwd_check && nvcc $NVCC_FLAGS $H/bwd/*.o $H/tensor_map.o -o $H/bwd_check
+}
+
+if has install; then
+  stamp "pip install . and the harness build"
+  (python3 -m pip install --no-build-isolation -q . > "$OUT/install.txt" 2>&1; echo $? > /tmp/install.rc) &
+  PIP=$!
+  if has harness || has sanitize; then build_harness > "$OUT/harness_build.txt" 2>&1; echo "harness build rc=$?" | tee -a "$S"; fi
+  wait $PIP
+  stamp "install rc=$(cat /tmp/install.rc)"
+  [ "$(cat /tmp/install.rc)" = 0 ] || { tail -40 "$OUT/install.txt"; exit 1; }
+  grep -rhE "bytes spill|Used [0-9]+ registers" build 2>/dev/null | grep -vE " 0 bytes spill stores, 0 bytes spill loads" \
+    | grep "spill" | head -5 | sed 's/^/SPILL: /' | tee -a "$S"
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a "$S"
+fi
+
+if has harness; then
+  F=$OUT/harness_fwd.txt B=$OUT/harness_bwd.txt
+  run_h() {  # log, label, command...
+    local log=$1 label=$2; shift 2
+    echo "== $label: $*" >> $log
+    timeout "$(cap 90 150)" "$@" >> $log 2>&1
+    stamp "$label rc=$? $(grep 'cases passed' $log | tail -1)"
+  }
+  run_h $F "fwd harness: library + every configuration" $H/fwd_check
+  run_h $F "fwd harness: persistent, 3 CTAs" $H/fwd_check --configs "hd64 persistent,hd128 persistent" --max-ctas 3
+  run_h $F "fwd harness: persistent, 5 CTAs, one-pair sections" $H/fwd_check --configs "hd64 persistent,hd128 persistent" --max-ctas 5 --section 1
+  run_h $B "bwd harness: library + every configuration" $H/bwd_check ${BWD_CHECK_ARGS:-}
+  run_h $B "bwd harness: persistent, 3 CTAs" $H/bwd_check --configs "hd128 persistent" --max-ctas 3
+  grep -hE "^FAIL" $F $B | head -10 | tee -a "$S"
+fi
+
+if has tests; then
+  stamp "pytest tests/gpu"
+  # No autotuning while testing (the tests compile hundreds of small programs).
+  XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotune_level=0" FA4_WORST_RATIO_FILE=/tmp/worst_ratio.txt \
+    timeout "$(cap 300 60)" pytest -q -n ${PYTEST_WORKERS:-8} -p no:cacheprovider --tb=short -W ignore tests/gpu \
+    > "$OUT/pytest.txt" 2>&1
+  stamp "pytest rc=$?"
+  grep -E "passed|failed|error" "$OUT/pytest.txt" | tail -2 | tee -a "$S"
+  grep -E "^(FAILED|ERROR)" "$OUT/pytest.txt" | head -20 | tee -a "$S"
+  cat /tmp/worst_ratio.txt 2>/dev/null | tee -a "$S"
+fi
+
+if has sanitize; then
+  for tool in memcheck racecheck synccheck; do
+    for h in fwd bwd; do
+      [ "$(left)" -gt 40 ] || { stamp "sanitize: out of time before $tool $h"; break 2; }
+      timeout "$(cap 60 20)" compute-sanitizer --tool $tool --error-exitcode 9 $H/${h}_check --quick \
+        > "$OUT/sanitize_${tool}_$h.txt" 2>&1
+      stamp "compute-sanitizer $tool $h harness --quick rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_${tool}_$h.txt" | tail -1)"
+    done
+  done
+fi
+
+if has bench; then
+  stamp "benchmark ${BENCH_ARGS:-}"
+  timeout "$(cap 540 5)" python3 benchmarks/bench_attention.py ${BENCH_ARGS:-} --max-seconds $(($(left) - 20)) \
+    --out "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
+  stamp "benchmark rc=$?"
+  grep -E "^\|" "$OUT/bench.txt" > "$OUT/bench_tables.md"
+fi
+stamp "done"
