@@ -1,0 +1,159 @@
+// The one argument check of each pass, shared by its CPU and CUDA handlers: it decodes the shape
+// from the buffers and checks everything both back ends require (ranks, one dtype, consistent
+// shapes, GQA heads, the outputs' shapes, the softmax scale). Each back end then checks only what
+// it alone limits (dtypes, head dims: check_cpu_support / check_cuda_support).
+#pragma once
+
+#include <cmath>
+#include <initializer_list>
+#include <string>
+
+#include "ffi/ffi_text.h"
+#include "hopper/common/problem.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_fa4::ffi_args {
+
+namespace ffi = xla::ffi;
+using ffi_text::dims_str;
+using ffi_text::dtype_str;
+
+// q [batch, seq_q, heads_q, head_dim], k [batch, seq_k, heads_kv, head_dim],
+// v [batch, seq_k, heads_kv, head_dim_v]; dtype is q's (shared by every 2-byte/4-byte tensor).
+struct Dims {
+  int64_t batch, seq_q, seq_k, heads_q, heads_kv, head_dim, head_dim_v;
+  ffi::DataType dtype;
+};
+
+inline ffi::Error invalid(const char* pass, const std::string& msg) {
+  return ffi::Error::InvalidArgument(std::string("jax_fa4 ") + pass + ": " + msg);
+}
+
+inline bool same_dims(ffi::Span<const int64_t> got, std::initializer_list<int64_t> want) {
+  if (got.size() != want.size()) return false;
+  size_t i = 0;
+  for (int64_t w : want) {
+    if (got[i++] != w) return false;
+  }
+  return true;
+}
+
+inline std::string dims_str(std::initializer_list<int64_t> d) {
+  std::string s = "[";
+  size_t i = 0;
+  for (int64_t x : d) s += (i++ ? ", " : "") + std::to_string(x);
+  return s + "]";
+}
+
+struct Named {
+  const char* name;
+  ffi::DataType dtype;
+  ffi::Span<const int64_t> dims;
+};
+
+inline ffi::Error check_shape(const char* pass, const Named& t, std::initializer_list<int64_t> want) {
+  if (!same_dims(t.dims, want))
+    return invalid(pass, std::string(t.name) + " has shape " + dims_str(t.dims) + ", expected " + dims_str(want));
+  return ffi::Error::Success();
+}
+
+// q, k, v: rank 4, one dtype, consistent batch / seq_k / heads_kv / head_dim; heads_q a multiple
+// of heads_kv (heads_kv > 0 unless heads_q == 0).
+inline ffi::Error decode_qkv(const char* pass, const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
+                             const ffi::AnyBuffer& v, Dims* d) {
+  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4)
+    return invalid(pass, "q, k, v must have rank 4 [batch, seq, heads, head_dim]; got q " + dims_str(qd) + ", k " +
+                             dims_str(kd) + ", v " + dims_str(vd));
+  const ffi::DataType t = q.element_type();
+  if (k.element_type() != t || v.element_type() != t)
+    return invalid(pass, "q, k and v must share one dtype; got q " + dtype_str(t) + ", k " +
+                             dtype_str(k.element_type()) + ", v " + dtype_str(v.element_type()));
+  *d = Dims{qd[0], qd[1], kd[1], qd[2], kd[2], qd[3], vd[3], t};
+  if (kd[0] != d->batch || vd[0] != d->batch || vd[1] != d->seq_k || vd[2] != d->heads_kv || kd[3] != d->head_dim)
+    return invalid(pass, "k and v must be [batch, seq_k, heads_kv, head_dim] matching q " + dims_str(qd) +
+                             "; got k " + dims_str(kd) + ", v " + dims_str(vd));
+  if (d->heads_kv <= 0 ? d->heads_q != 0 : d->heads_q % d->heads_kv != 0)
+    return invalid(pass, "heads_q (" + std::to_string(d->heads_q) + ") must be a multiple of heads_kv (" +
+                             std::to_string(d->heads_kv) + ")");
+  return ffi::Error::Success();
+}
+
+inline ffi::Error check_scale(const char* pass, double scale) {
+  if (!(std::isfinite(scale) && scale > 0.0))
+    return invalid(pass, "softmax_scale must be positive and finite; got " + std::to_string(scale));
+  return ffi::Error::Success();
+}
+
+inline ffi::Error check_same_dtype(const char* pass, const Dims& d, std::initializer_list<Named> ts) {
+  for (const Named& t : ts) {
+    if (t.dtype != d.dtype)
+      return invalid(pass, std::string(t.name) + " must have q's dtype " + dtype_str(d.dtype) + "; got " +
+                               dtype_str(t.dtype));
+  }
+  return ffi::Error::Success();
+}
+
+// The forward: (q, k, v) -> (o [b, sq, hq, dv] in q's dtype, lse float32 [b, hq, sq]).
+inline ffi::Error check_fwd(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k, const ffi::AnyBuffer& v,
+                            const ffi::AnyBuffer& o, const ffi::Buffer<ffi::F32>& lse, double softmax_scale,
+                            Dims* d) {
+  const char* pass = "forward";
+  if (auto err = decode_qkv(pass, q, k, v, d); err.failure()) return err;
+  if (auto err = check_scale(pass, softmax_scale); err.failure()) return err;
+  const Named on{"o", o.element_type(), o.dimensions()};
+  if (auto err = check_same_dtype(pass, *d, {on}); err.failure()) return err;
+  if (auto err = check_shape(pass, on, {d->batch, d->seq_q, d->heads_q, d->head_dim_v}); err.failure()) return err;
+  return check_shape(pass, {"lse", ffi::DataType::F32, lse.dimensions()}, {d->batch, d->heads_q, d->seq_q});
+}
+
+// The backward: (q, k, v, o, lse, do, dlse) -> (dq like q, dk like k, dv like v).
+inline ffi::Error check_bwd(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k, const ffi::AnyBuffer& v,
+                            const ffi::AnyBuffer& o, const ffi::Buffer<ffi::F32>& lse, const ffi::AnyBuffer& d_o,
+                            const ffi::Buffer<ffi::F32>& dlse, const ffi::AnyBuffer& dq, const ffi::AnyBuffer& dk,
+                            const ffi::AnyBuffer& dv, double softmax_scale, Dims* d) {
+  const char* pass = "backward";
+  if (auto err = decode_qkv(pass, q, k, v, d); err.failure()) return err;
+  if (auto err = check_scale(pass, softmax_scale); err.failure()) return err;
+  const Named on{"o", o.element_type(), o.dimensions()}, don{"do", d_o.element_type(), d_o.dimensions()},
+      dqn{"dq", dq.element_type(), dq.dimensions()}, dkn{"dk", dk.element_type(), dk.dimensions()},
+      dvn{"dv", dv.element_type(), dv.dimensions()};
+  if (auto err = check_same_dtype(pass, *d, {on, don, dqn, dkn, dvn}); err.failure()) return err;
+  const std::initializer_list<int64_t> o_shape = {d->batch, d->seq_q, d->heads_q, d->head_dim_v};
+  const std::initializer_list<int64_t> vec_shape = {d->batch, d->heads_q, d->seq_q};
+  if (auto err = check_shape(pass, on, o_shape); err.failure()) return err;
+  if (auto err = check_shape(pass, don, o_shape); err.failure()) return err;
+  if (auto err = check_shape(pass, {"lse", ffi::DataType::F32, lse.dimensions()}, vec_shape); err.failure()) return err;
+  if (auto err = check_shape(pass, {"dlse", ffi::DataType::F32, dlse.dimensions()}, vec_shape); err.failure())
+    return err;
+  if (auto err = check_shape(pass, dqn, {d->batch, d->seq_q, d->heads_q, d->head_dim}); err.failure()) return err;
+  if (auto err = check_shape(pass, dkn, {d->batch, d->seq_k, d->heads_kv, d->head_dim}); err.failure()) return err;
+  return check_shape(pass, dvn, {d->batch, d->seq_k, d->heads_kv, d->head_dim_v});
+}
+
+// What the CPU kernels take: float32, bfloat16 or float16; head dims 1..256 (v's may differ).
+inline ffi::Error check_cpu_support(const char* pass, const Dims& d) {
+  if (d.dtype != ffi::DataType::F32 && d.dtype != ffi::DataType::BF16 && d.dtype != ffi::DataType::F16)
+    return invalid(pass, "the CPU kernels support float32, bfloat16 and float16; q is " + dtype_str(d.dtype));
+  if (d.head_dim < 1 || d.head_dim > 256 || d.head_dim_v < 1 || d.head_dim_v > 256)
+    return invalid(pass, "the CPU kernels support head dims 1..256; got q/k " + std::to_string(d.head_dim) +
+                             ", v " + std::to_string(d.head_dim_v));
+  if (d.heads_kv <= 0)
+    return invalid(pass, "heads_q must be a positive multiple of heads_kv; got " + std::to_string(d.heads_q) +
+                             " and " + std::to_string(d.heads_kv));
+  return ffi::Error::Success();
+}
+
+// What the Hopper kernels take: bfloat16 or float16; one head dim of the set they are built for,
+// shared by q, k and v.
+inline ffi::Error check_cuda_support(const char* pass, const Dims& d) {
+  if (d.dtype != ffi::DataType::BF16 && d.dtype != ffi::DataType::F16)
+    return invalid(pass, "the CUDA kernels support bfloat16 and float16; q is " + dtype_str(d.dtype));
+  if (!fa4::hopper::hopper_head_dim_supported(d.head_dim) || d.head_dim_v != d.head_dim)
+    return invalid(pass, "head_dim " + std::to_string(d.head_dim) + " (v: " + std::to_string(d.head_dim_v) +
+                             ") is not supported by the CUDA kernels (supported: " +
+                             fa4::hopper::hopper_head_dims_text() + ", the same for q, k and v)");
+  return ffi::Error::Success();
+}
+
+}  // namespace jax_fa4::ffi_args
