@@ -1,4 +1,4 @@
-"""Side-by-side attention benchmark on one GPU (shared/DESIGN.md section 6).
+"""Side-by-side attention benchmark on one GPU.
 
 Times ``jax_fa4.attention`` beside cuDNN (``jax.nn.dot_product_attention(implementation="cudnn")``),
 FlashAttention-3 (the ``flash-attn3-jax`` wheel, head dim 128 kernels only) and plain XLA

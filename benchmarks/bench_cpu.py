@@ -1,8 +1,8 @@
 """CPU benchmark: jax_fa4.attention beside jax.nn.dot_product_attention(implementation="xla").
 
-Issue 2 item 5: how the C++ CPU kernels (blocked online softmax, float32 accumulation, all cores)
-compare with XLA's plain attention on the CPU. Grid: batch 1, 8 heads, float32, head dims 64 and
-128, seq 512/1024/2048/4096, not causal (``--causal`` adds the causal cells); forward and
+How the C++ CPU kernels (blocked online softmax, float32 accumulation, all cores) compare with
+XLA's plain attention on the CPU. Grid: batch 1, 8 heads, float32, head dims 64 and 128,
+seq 512/1024/2048/4096, not causal (``--causal`` adds the causal cells); forward and
 forward+backward (``jax.vjp`` of the call and its pullback, all three gradients kept). Each
 measurement is a compiled ``jax.jit`` function run once to warm up and then timed a few times
 (fewer for the slow cells; a cell whose warm-up run alone exceeds ``--budget`` reports that one
@@ -15,7 +15,7 @@ jax_fa4's C++ kernels allocate internally (O(seq) per thread) is not included.
 
 FLOPs as in bench_attention.py: forward 4*b*h*s*s*d (halved when causal), backward 2.5x that.
 
-Usage:  python benchmarks/bench_cpu.py --out benchmarks/results/cpu-$(date +%F).json
+Usage:  python benchmarks/bench_cpu.py --out benchmarks/results/cpu-fwd-bwd.json
 """
 
 from __future__ import annotations

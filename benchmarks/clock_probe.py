@@ -2,12 +2,13 @@
 
 The benchmark (``bench_attention.py``) times a chain after 0.3 s of untimed runs; kernel-only
 harness timings and ``profile_chain.py`` time it right after a pause. At seq 2048 the two disagree
-by more for some kernels than for others (session 8: our head dim 64 causal forward 0.357 ms per
-call after a pause, 0.385 ms warm; cuDNN's 0.373 / 0.380). This tool runs one implementation's
-forward chain back to back for ``--seconds`` while ``nvidia-smi`` samples the SM clock, power draw,
-temperature and the active clock-event (throttle) reasons, and prints, per implementation, the time
-per call in the first 50 ms and in the second half of the window beside the median clock and power
-there. Implementations run in palindromic order (A B B A) with an idle ``--pause`` between runs.
+by more for some kernels than for others (one H200 run: jax_fa4's head dim 64 causal forward
+0.357 ms per call after a pause, 0.385 ms warm; cuDNN's 0.373 / 0.380). This tool runs one
+implementation's forward chain back to back for ``--seconds`` while ``nvidia-smi`` samples the SM
+clock, power draw, temperature and the active clock-event (throttle) reasons, and prints, per
+implementation, the time per call in the first 50 ms and in the second half of the window beside
+the median clock and power there. Implementations run in palindromic order (A B B A) with an idle
+``--pause`` between runs.
 
 Usage (GPU):
   python benchmarks/clock_probe.py --impls jax_fa4,cudnn --head-dim 64 --seq 2048 --causal

@@ -21,7 +21,7 @@ NotImplementedError and the run goes on. FLOPs as FlashAttention counts them (fo
 4*b*h*s*s*d, halved when causal; backward 2.5x).
 
 GPU (every GPU of the machine):
-    python benchmarks/multi_gpu.py --json benchmarks/results/multi_gpu-h200xN.json
+    python benchmarks/multi_gpu.py --json benchmarks/results/h200-multi-gpu-Ngpu.json
 CPU smoke test (8 host devices, tiny shapes, float32):
     python benchmarks/multi_gpu.py --cpu-devices 8
 """

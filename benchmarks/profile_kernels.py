@@ -3,10 +3,10 @@ profiler to attach to (GPU only).
 
 The cell is the benchmark's (``bench_attention.py``: FA3 grid, bf16, the same random inputs), and
 each call is a separate jitted step, so that ``ncu -k regex:NAME -c 1`` profiles exactly one
-launch of the kernel of interest after a warm-up. ``cuda/hopper/run_ncu_compare.sh`` runs it under
-Nsight Compute for our kernels beside FlashAttention-3's.
+launch of the kernel of interest after a warm-up, e.g. jax_fa4's kernels beside FlashAttention-3's.
 
 Usage (GPU): python benchmarks/profile_kernels.py --impl fa3 --pass bwd --head-dim 128 --seq 4096
+  ncu -k regex:NAME -c 1 python3 benchmarks/profile_kernels.py --impl jax_fa4 --pass fwd
 """
 
 from __future__ import annotations

@@ -43,3 +43,23 @@ def test_notebook_runs(path, monkeypatch):
         if out.get("output_type") == "error"
     ]
     assert not errors, errors
+    if path.stem == "03_performance":
+        check_performance_selection(nb)
+
+
+def check_performance_selection(nb) -> None:
+    """Notebook 03 picks, per head dim, the newest recorded run (by the date inside each file, not
+    its name) with jax_fa4's forward and backward: every head dim of the grid is drawn from one."""
+    text = "".join(
+        out.get("text", "")
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.get("output_type") == "stream"
+    )
+    drawn = set()
+    for line in text.splitlines():
+        if "<- drawn for head dims [" in line:
+            drawn |= {int(x) for x in line.split("[")[-1].split("]")[0].split(",")}
+    assert drawn == {64, 128, 256}, text
+    assert "<- peer anchors" in text, text

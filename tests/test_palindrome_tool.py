@@ -1,11 +1,11 @@
-"""cuda/hopper/palindrome.py: the harness timing rows averaged per variant."""
+"""benchmarks/palindrome.py: the harness timing rows averaged per variant."""
 
 from __future__ import annotations
 
 import importlib.util
 import pathlib
 
-_PATH = pathlib.Path(__file__).parents[1] / "cuda" / "hopper" / "palindrome.py"
+_PATH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "palindrome.py"
 _spec = importlib.util.spec_from_file_location("palindrome", _PATH)
 assert _spec is not None and _spec.loader is not None
 palindrome = importlib.util.module_from_spec(_spec)

@@ -1,11 +1,12 @@
-"""Averages the standalone harnesses' timing rows per variant (palindromic runs such as
---variants 14,17,17,14) and prints each variant beside the cell's first one.
+"""Averages the standalone kernel harness's timing rows (tests/gpu/cuda/) per kernel variant, for
+palindromic runs such as ``--variants 14,17,17,14``, and prints each variant beside the cell's
+first one.
 
 Reads the harness's bench output (a file, or stdin): forward rows
 ``hd causal seq batch variant ms tflops [b2b_tflops]``, backward rows
 ``hd causal seq batch variant opts ms tflops``. Rows in other formats are ignored.
 
-    python3 cuda/hopper/palindrome.py /work/.device/6/bench.txt
+    python3 benchmarks/palindrome.py bench.txt      # or: ... | python3 benchmarks/palindrome.py
 """
 
 from __future__ import annotations
