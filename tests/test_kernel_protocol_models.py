@@ -4,9 +4,9 @@ tests/gpu/cuda/fwd_protocol_model.py and bwd_protocol_model.py replay the kernel
 named-barrier protocols (producer rings, issue tokens, warpgroup skipping, persistent tiles) under
 random interleavings and assert: no deadlock, no stage refilled while read, every block reads its
 own tile. A protocol change in cuda/hopper that breaks them fails here before it reaches a GPU.
-Also checked: the models still catch a protocol bug they once found (a skipped warpgroup's last V
-stage released without waiting for it to fill), and a next Q loaded into a buffer still read
-(the two-Q-buffer persistent kernel).
+Also checked: the models catch two protocol bugs when they are put in (a skipped warpgroup's last
+V stage released without waiting for it to fill, and the persistent kernel's next Q loaded before
+every warpgroup released the Q buffer).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def test_forward_protocol_model_persistent_kernel() -> None:
 
 
 def _assert_persistent_mutant_fails(
-    good: str, bad: str, n_blocks: int, seed: int, **kw: object
+    good: str, bad: str, n_blocks: int, seed: int, skip: bool, causal: bool
 ) -> None:
     """The persistent forward model with `good` (which must occur once) replaced by `bad` fails
     within a few hundred random schedules per (W, stages): the model can see that bug."""
@@ -54,19 +54,20 @@ def _assert_persistent_mutant_fails(
             for stages in (2, 3):
                 for _ in range(200):
                     namespace["simulate_persistent"](
-                        W, n_blocks, 5, stages, rng, o_in_q=False, skip=True, causal=True, **kw
+                        W, n_blocks, 5, stages, rng, skip=skip, causal=causal
                     )
 
 
 def test_forward_persistent_model_catches_an_unwaited_release() -> None:
-    """The persistent model with a bug it once caught put back (a skipping warpgroup's V(n_mine)
-    released without waiting for it to fill) fails: the model is strong enough to see it."""
+    """The persistent model with a bug put in (a skipping warpgroup's V(n_mine) released without
+    waiting for it to fill) fails: the model is strong enough to see it."""
     good = """            if nm < n_blocks:
                 yield from wait_full("V", (t, nm))
                 release("V")"""
     bad = """            if nm < n_blocks:
                 release("V")"""
-    _assert_persistent_mutant_fails(good, bad, n_blocks=4, seed=3)
+    # WgSkip under the causal mask ("hd64 persistent"): only a skipping warpgroup passes blocks on.
+    _assert_persistent_mutant_fails(good, bad, n_blocks=4, seed=3, skip=True, causal=True)
 
 
 def test_backward_protocol_model() -> None:
@@ -74,11 +75,12 @@ def test_backward_protocol_model() -> None:
 
 
 def test_forward_persistent_model_catches_a_next_q_loaded_too_early() -> None:
-    """Two Q buffers (hd128 V23): the model with the producer's wait for the other buffer's
-    release removed fails (the next tile's Q would overwrite a Q still being read)."""
-    good = """            while not q_empty[b].done(q_phase[b] ^ 1):
+    """The persistent model with the producer's wait on q_empty before the next tile's Q load
+    removed fails: the next tile's Q would overwrite the one Q buffer while a warpgroup still reads
+    it. Without WgSkip ("hd128 persistent") and with it, causal ("hd64 persistent")."""
+    good = """            while not q_empty.done(q_phase ^ 1):
                 yield
-            q_phase[b] ^= 1"""
-    _assert_persistent_mutant_fails(
-        good, "            q_phase[b] ^= 1", n_blocks=3, seed=5, q_stages=2
-    )
+            q_phase ^= 1"""
+    bad = "            q_phase ^= 1"
+    _assert_persistent_mutant_fails(good, bad, n_blocks=3, seed=5, skip=False, causal=False)
+    _assert_persistent_mutant_fails(good, bad, n_blocks=3, seed=6, skip=True, causal=True)

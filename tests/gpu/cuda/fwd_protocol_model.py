@@ -1,14 +1,20 @@
-"""Random-interleaving model of the forward kernel's synchronisation (no GPU needed).
+"""Random-interleaving model of the forward kernels' synchronisation (no GPU needed).
 
-Models one CTA of cuda/hopper/fwd_kernel.cuh: the producer thread's K/V TMA ring (kv_stages
-stages, full barriers completed by the TMA some time after issue, empty barriers counting one
-arrival per consumer warpgroup, parity waits), and W consumer warpgroups passing the issue token
-around named barriers of 2 warpgroups each, each warpgroup computing key blocks
-[0, n_mine) and (WgSkip variants) skipping [n_mine, n_blocks) with only the token hand-over and
-the stage releases. Checks, over many random schedules: no deadlock, no named barrier over-arrived,
-every computed block reads the K/V tile of that block, and the producer never refills a stage
-while a consumer still reads it.  Second model (simulate_persistent): the Persist variants' kernel, several tiles per CTA with
-the Q-full / Q-empty barriers and the O buffer.  Run: python3 tests/gpu/cuda/fwd_protocol_model.py
+simulate models one CTA of fwd_kernel (cuda/hopper/fwd/kernel.cuh, the one-tile kernel): the
+producer thread's K/V TMA ring (kv_stages stages, full barriers completed by the TMA some time
+after issue, empty barriers counting one arrival per consumer warpgroup, parity waits), and W
+consumer warpgroups passing the issue token around named barriers of 2 warpgroups each
+(consume_tile, cuda/hopper/fwd/mainloop.cuh). Warpgroup c computes key blocks [0, n_mine) and,
+in the WgSkip configurations, passes [n_mine, n_blocks) on with only the token hand-over and the
+stage releases (pass_skipped_blocks); without WgSkip every warpgroup has n_mine = n_blocks.
+simulate_persistent models fwd_kernel_persistent: several tiles per CTA, one Q buffer with the
+q_full / q_empty barriers, O staged in its own buffer, per-tile key counts under the causal mask,
+WgSkip optionally. Checks, over many random schedules: no deadlock, no named barrier over-arrived
+or left half-arrived, every computed block reads the K/V tile (and Q) of its own block and tile,
+the producer never refills a stage or the Q buffer while a consumer still reads it, and no
+warpgroup rewrites its O rows before the previous store has read them.
+
+Run: python3 tests/gpu/cuda/fwd_protocol_model.py
 """
 
 import itertools
@@ -117,12 +123,11 @@ def simulate(W, n_blocks, n_mine, stages, rng):
             sched[0].arrive()
             yield
         nm = n_mine[c]
-        # Skipped blocks: token hand-over, and each stage waited on (full) before it is released,
-        # like a consumer that reads nothing. Without the wait a skipping warpgroup can arrive for a
-        # stage's next lap before a slower warpgroup's arrival for this lap (V(0) and V(2) are
-        # released only one token step apart); the first two versions of the kernel had that bug
-        # (one released V(n_mine) a step early, one released V(0) of a skipped tile unwaited in the
-        # persistent kernel) and this model caught both.
+        # Skipped blocks (pass_skipped_blocks): token hand-over, and each stage waited on (full)
+        # before it is released, like a consumer that reads nothing. Without the wait a skipping
+        # warpgroup can arrive for a stage's next lap before a slower warpgroup's arrival for this
+        # lap (V(0) and V(2) are released only one token step apart);
+        # tests/test_kernel_protocol_models.py checks that the model sees that bug.
         for n in range(n_blocks - 1, nm - 1, -1):
             yield from sync(mine)
             sched[nxt].arrive()
@@ -211,20 +216,18 @@ def main():
     )
 
 
-def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=False, causal=False, q_stages=1):
-    """fwd_kernel_persistent: tiles through one CTA; Q-full/Q-empty barriers, the K/V rings and the
-    issue-token ring run on across tiles; O through its own buffer per warpgroup with the bulk
-    store's read awaited before the next rewrite, or (o_in_q) through the warpgroup's Q rows, with
-    Q-empty arrived only after the store has read them. Every tile has n_blocks key blocks, or
-    (causal) a random count in [0, n_blocks] (a tile whose rows see no key is skipped by producer
-    and consumers alike). skip (WgSkip, warpgroup_block_count / pass_skipped_blocks): warpgroup c
-    computes only blocks [0, n_mine[t][c]) and passes the others on; one random warpgroup (the one
-    holding the tile's last valid row) computes all, the others any count from 0 up (the kernel's
-    cases -- none past seq_q, the causal count of its own rows -- are special cases). q_stages = 2
-    (QStages, O buffer only): the tiles with keys take turns in two Q buffers, and the producer
-    loads the next such tile's Q into the other buffer right after this tile's first K, once the
-    tile before released that buffer."""
-    assert q_stages == 1 or (q_stages == 2 and not o_in_q)
+def simulate_persistent(W, n_blocks, tiles, stages, rng, skip=False, causal=False):
+    """fwd_kernel_persistent: tiles through one CTA. The K/V rings and the issue-token ring run on
+    across tiles; one Q buffer, which the producer refills for the next tile (after that tile's
+    first K) once every warpgroup arrived on q_empty (after its last S = Q K^T of the tile, or
+    right after its q_full wait when it computes no block); O through its own buffer per
+    warpgroup, each store's read awaited before the warpgroup rewrites its rows. Every tile has
+    n_blocks key blocks, or (causal) a random count in [0, n_blocks] (a tile whose rows see no key
+    is skipped by producer and consumers alike). skip (WgSkip, warpgroup_block_count /
+    pass_skipped_blocks): warpgroup c computes only blocks [0, n_mine[t][c]) and passes the others
+    on; one random warpgroup (the one holding the tile's last valid row) computes all, the others
+    any count from 0 up (the kernel's counts -- none past seq_q, the causal count of its own rows
+    -- are special cases)."""
     nb = [rng.randint(0, n_blocks) if causal else n_blocks for _ in range(tiles)]
     n_mine = []
     for t in range(tiles):
@@ -234,10 +237,10 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
     empty = {r: [MBar(W) for _ in range(stages)] for r in "KV"}
     content = {r: [None] * stages for r in "KV"}
     readers = {r: [set() for _ in range(stages)] for r in "KV"}
-    q_full, q_empty = [MBar(1) for _ in range(q_stages)], [MBar(W) for _ in range(q_stages)]
-    q = [{"content": None, "readers": set()} for _ in range(q_stages)]
+    q_full, q_empty = MBar(1), MBar(W)
+    q = {"content": None, "readers": set()}
     o_buf = [{"store_reading": False} for _ in range(W)]
-    inflight = []  # ("K"/"V", stage, (tile, blk)) or ("Q", buffer, tile) or ("O", c, tile)
+    inflight = []  # ("K"/"V", stage, (tile, blk)) or ("Q", 0, tile) or ("O", c, tile)
     sched = [NamedBar(2) for _ in range(W)]
 
     def producer():
@@ -259,37 +262,21 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
                 ph[r] ^= 1
             yield
 
-        q_phase = [0] * q_stages
-
-        def load_q(b, t):
-            while not q_empty[b].done(q_phase[b] ^ 1):
-                yield
-            q_phase[b] ^= 1
-            assert not q[b]["readers"], f"Q of tile {t} loaded while read by {q[b]['readers']}"
-            assert not any(o["store_reading"] for o in o_buf) or not o_in_q, (
-                f"Q of tile {t} loaded while an O store reads it"
-            )
-            q[b]["content"] = ("pending", t)
-            inflight.append(("Q", b, t))
-            yield
-
-        q_slot, q_loaded = 0, False
+        q_phase = 0  # q_empty phases waited for so far, mod 2
         for t in range(tiles):
             if nb[t] == 0:
-                continue
+                continue  # the consumers skip its Q barriers too
             n = nb[t] - 1
             yield from load("K", (t, n))
-            if q_stages == 1:
-                yield from load_q(0, t)
-            else:
-                if not q_loaded:
-                    yield from load_q(q_slot, t)
-                q_loaded = False
-                nxt_t = next((u for u in range(t + 1, tiles) if nb[u] > 0), None)
-                if nxt_t is not None:
-                    yield from load_q(q_slot ^ 1, nxt_t)
-                    q_loaded = True
-                q_slot ^= 1
+            # Q once every warpgroup's last S of the previous tile retired (a fresh barrier passes
+            # parity 1 at once).
+            while not q_empty.done(q_phase ^ 1):
+                yield
+            q_phase ^= 1
+            assert not q["readers"], f"Q of tile {t} loaded while read by {q['readers']}"
+            q["content"] = ("pending", t)
+            inflight.append(("Q", 0, t))
+            yield
             while n > 0:
                 yield from load("K", (t, n - 1))
                 yield from load("V", (t, n))
@@ -322,8 +309,7 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
             )
             readers[r][s].add(c)
             if r == "K" and reads_q:  # S = Q K^T of this block reads Q too
-                qb = q[cur["slot"]]
-                assert qb["content"] == tag[0], f"WG{c} S of tile {tag[0]} found Q {qb['content']}"
+                assert q["content"] == tag[0], f"WG{c} S of tile {tag[0]} found Q {q['content']}"
 
         def release(r):
             s = st[r]
@@ -331,30 +317,26 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
             empty[r][s].arrive()
             adv(r)
 
+        def release_q():  # after the tile's last S (block 0) retired
+            q["readers"].discard(c)
+            q_empty.arrive()
+
         mine, nxt = c, (c + 1) % W
-        q_phase = [0] * q_stages
-        cur = {"slot": 0}  # this tile's Q buffer
-        q_slot = 0
+        q_phase = 0  # the parity of q_full's next phase
         if c == W - 1:
             sched[0].arrive()
             yield
         for t in range(tiles):
             n_blocks, nm = nb[t], n_mine[t][c]
-            slot = q_slot
-            cur["slot"] = slot
-            qb = q[slot]
             if n_blocks > 0:
-                while not q_full[slot].done(q_phase[slot]):
+                while not q_full.done(q_phase):
                     yield
-                q_phase[slot] ^= 1
-                q_slot = (slot + 1) % q_stages
+                q_phase ^= 1
                 if nm > 0:
-                    assert qb["content"] == t, f"WG{c} tile {t} found Q {qb['content']}"
-                    qb["readers"].add(c)
-                elif not o_in_q:
-                    q_empty[slot].arrive()  # reads no Q in this tile
+                    assert q["content"] == t, f"WG{c} tile {t} found Q {q['content']}"
+                    q["readers"].add(c)
                 else:
-                    qb["readers"].add(c)  # its O rows overlay Q until the store has read them
+                    q_empty.arrive()  # WgSkip: this warpgroup reads no Q in this tile
             # pass_skipped_blocks: blocks [nm, n_blocks), each stage waited on before its release.
             for n in range(n_blocks - 1, nm - 1, -1):
                 yield from sync(mine)
@@ -369,6 +351,7 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
             if nm < n_blocks:
                 yield from wait_full("V", (t, nm))
                 release("V")
+            # consume_tile: blocks nm - 1 down to 0; K(n) and V(n + 1) per step, V(0) at the end.
             if nm > 0:
                 n = nm - 1
                 yield from sync(mine)
@@ -376,9 +359,8 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
                 sched[nxt].arrive()
                 yield
                 release("K")
-                if n == 0 and not o_in_q:
-                    qb["readers"].discard(c)
-                    q_empty[slot].arrive()
+                if n == 0:
+                    release_q()
                 yield
                 for n in range(nm - 2, -1, -1):
                     yield from sync(mine)
@@ -387,9 +369,8 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
                     sched[nxt].arrive()
                     yield
                     release("K")
-                    if n == 0 and not o_in_q:
-                        qb["readers"].discard(c)
-                        q_empty[slot].arrive()
+                    if n == 0:
+                        release_q()
                     yield
                     release("V")
                     yield
@@ -397,12 +378,6 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
                 yield
                 release("V")
             # Epilogue: wait for the previous store's read of this warpgroup's O rows, rewrite, store.
-            if o_in_q:
-                # O over this warpgroup's own Q rows: this tile's Q must still be there (no other
-                # warpgroup's arrival can have released it), and stays "read" until the store read it.
-                assert n_blocks == 0 or qb["content"] == t, (
-                    f"WG{c} writes O of tile {t} over Q {qb['content']}"
-                )
             while o_buf[c]["store_reading"]:
                 yield
             yield
@@ -412,11 +387,6 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
             o_buf[c]["store_reading"] = True
             inflight.append(("O", c, t))
             yield
-            if o_in_q and n_blocks > 0:
-                while o_buf[c]["store_reading"]:
-                    yield
-                qb["readers"].discard(c)
-                q_empty[slot].arrive()
         while o_buf[c]["store_reading"]:
             yield
         if c == 0:
@@ -431,8 +401,8 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
         if inflight and rng.random() < 0.3:
             r, s, tag = inflight.pop(rng.randrange(len(inflight)))
             if r == "Q":
-                q[s]["content"] = tag
-                q_full[s].arrive()
+                q["content"] = tag
+                q_full.arrive()
             elif r == "O":
                 o_buf[s]["store_reading"] = False
             else:
@@ -450,6 +420,12 @@ def simulate_persistent(W, n_blocks, tiles, stages, rng, o_in_q=False, skip=Fals
             raise AssertionError(f"deadlock? alive {list(alive)}")
     for b in sched:
         assert b.arrived == 0, "named barrier left half-arrived"
+    assert q_full.pending == 1 and q_empty.pending == W, "a Q barrier left half-arrived"
+
+
+# (WgSkip, causal) of the persistent configurations: "hd128 persistent" without WgSkip under both
+# masks, "hd64 persistent" with WgSkip under the causal mask only.
+PERSISTENT_CASES = ((False, False), (False, True), (True, True))
 
 
 def main_persistent():
@@ -459,16 +435,10 @@ def main_persistent():
         for n_blocks in range(0, 5):
             for tiles in (1, 2, 3, 5):
                 for stages in (2, 3):
-                    for o_in_q in (False, True):
-                        for skip in (False, True):
-                            # The kernel forbids a causal persistent kernel with OInQ (static_assert).
-                            for causal in (False,) if o_in_q else (False, True):
-                                for q_stages in (1,) if o_in_q else (1, 2):
-                                    for _ in range(30 if q_stages == 1 else 15):
-                                        simulate_persistent(
-                                            W, n_blocks, tiles, stages, rng, o_in_q, skip, causal, q_stages
-                                        )
-                                        runs += 1
+                    for skip, causal in PERSISTENT_CASES:
+                        for _ in range(60):
+                            simulate_persistent(W, n_blocks, tiles, stages, rng, skip, causal)
+                            runs += 1
     print(
         f"persistent protocol model: {runs} random schedules, no deadlock, no race, every tile read its own Q/K/V"
     )
