@@ -1,15 +1,22 @@
 // Standalone check of the Hopper backward kernels, no JAX involved: random q, k, v, dO and lse
 // cotangent, the forward's o and lse from a float64 CPU forward, outputs (and the workspace)
-// poisoned with NaN before each launch, dq/dk/dv compared with a float64 CPU backward; every case
-// runs twice in the default mode (dk, dv must repeat bitwise) and twice with deterministic = true
-// (dq, dk, dv must all repeat bitwise, and pass the same tolerance). Then (--bench) kernel-only
-// timings of the whole backward (preprocess + main + postprocess) on the FlashAttention-3 grid;
-// --deterministic-bench times the deterministic mode beside the default in each cell. A hang in
-// the deterministic mode (a semaphore never reaching its value) shows as a timeout of the whole
-// binary (run_bwd_check.sh runs it under `timeout`). Build (on the GPU machine; see cuda/hopper/run_bwd_check.sh):
-//   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda \
-//        -Xcompiler -fopenmp tests/gpu/cuda/bwd_kernel_check.cu cuda/hopper/bwd_*.cu \
-//        cuda/hopper/tensor_map.cu -o bwd_check
+// poisoned with NaN before each launch, dq/dk/dv compared with a float64 CPU backward; every run
+// launches twice (dk, dv must repeat bitwise; in deterministic mode dq too). Each case runs
+// through the library's entry point (launch_bwd: the configuration and schedule of bwd_plan) and
+// through every named configuration of its head dim (launch_bwd_config<Cfg>, the heuristics'
+// schedule unless --lpt / --max-ctas say otherwise), in the default and the deterministic mode
+// (not for the persistent configuration, which has none). Then (--bench) kernel-only timings of
+// the whole backward (preprocess + main + postprocess) on the FlashAttention-3 grid;
+// --deterministic-bench adds the deterministic mode's rows. A hang in the deterministic mode (a
+// semaphore never reaching its value) shows as a timeout of the whole binary (run it under
+// `timeout`). Build (on the GPU machine):
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda \
+//        -Xcompiler -fopenmp tests/gpu/cuda/bwd_kernel_check.cu cuda/hopper/bwd/*.cu \
+//        cuda/hopper/common/tensor_map.cu -o bwd_check
+// Options: --config NAME (repeatable: "library", "hd64", "hd128", "hd128 persistent",
+// "hd256 (64x80)"; default all), --hd D (repeatable), --lpt 0|1, --max-ctas N, --modes 0,1
+// (0 default, 1 deterministic), --no-check, --bench, --quick-bench, --deterministic-bench,
+// --seqs 2048,16384.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -23,67 +30,50 @@
 #include <string>
 #include <vector>
 
-#include "hopper/bwd_config.cuh"
-#include "hopper/bwd_launch.h"
 #include "check_util.h"
+#include "hopper/bwd/config.cuh"
+#include "hopper/bwd/heuristics.h"
+#include "hopper/bwd/launch.h"
 
-namespace fa4::hopper {  // tests/gpu/cuda/bwd_variants_hd*.cu
-std::string launch_bwd_hd64_variant(const BwdProblem&, const BwdWorkspace&, cudaStream_t, int variant);
-std::string launch_bwd_hd128_variant(const BwdProblem&, const BwdWorkspace&, cudaStream_t, int variant);
-std::string launch_bwd_hd256_variant(const BwdProblem&, const BwdWorkspace&, cudaStream_t, int variant);
-std::string bwd_hd256_writer_clocks(unsigned long long* out);  // variant 68's counters (read + clear)
-}  // namespace fa4::hopper
-
-using fa4::hopper::BwdDtype;
 using fa4::hopper::BwdProblem;
+using fa4::hopper::BwdSchedule;
 using fa4::hopper::BwdWorkspace;
+using fa4::hopper::Dtype;
 
-// Kernel variants (cuda/hopper/bwd_config.cuh: bit 0 PipelineScores, bit 1 DqViaTma, bit 2
-// DqInRing, bit 3 Persistent, bit 4 SplitSdP, bit 5 ScoresAhead). The library's variant for a
-// head dim (bwd_default_variant: 51 at hd64/hd128 -- at hd128 the library runs V59 below seq_k 4097 outside
-// deterministic mode -- and 4096 at hd256) is built for bf16 and fp16; the
-// others for bf16 only: hd64/hd128 0, 1, 2, 3, 11, 19, 35; hd256 0, 1, 4, 12, 20, 52 (= 20 + ScoresAhead),
-// 132 (= 4 + DetRingWriter) and 68 (= V4 + the writer warp's clock64 counters, printed after its
-// bench rows).
-static int g_variant = 0;
-static bool variant_built(int d, bool bf16, int v) {
-  if (v == fa4::hopper::bwd_default_variant(d)) return true;
-  if (!bf16) return false;
-  return d == 256 ? (v == 0 || v == 1 || v == 4 || v == 12 || v == 20 || v == 52 || v == 68 || v == 132 || v == 788 || v == 1024 || v == 1808 || v == 4096)
-                  : ((v >= 0 && v <= 3) || v == 11 || v == 19 || v == 35 || v == 51 || (d == 128 && (v == 59 || v == 1073)));
+// What a run launches: the library's entry point, or one named configuration.
+using ConfigLaunch = std::string (*)(const BwdProblem&, const BwdWorkspace&, cudaStream_t, const BwdSchedule&);
+struct Target {
+  const char* name;
+  int head_dim;  // 0: any (the library)
+  bool persistent;
+  ConfigLaunch launch;  // null: the library
+};
+template <class Cfg>
+constexpr Target config_target() {
+  return {Cfg::name(), Cfg::head_dim(), Cfg::persistent(), fa4::hopper::launch_bwd_config<Cfg>};
 }
-// Launch options (fa4::hopper::BwdLaunchOptions, cuda/hopper/bwd_launch.h) as a bit mask: 1 =
-// fused_prepost (dq_accum zeroed in the preprocess, grid-indexed pre/postprocess), 2 = pdl
-// (programmatic dependent launch; only with 1), 4 = lpt (causal: sectioned longest-first grid).
-static void set_options(int opts) {
-  auto& o = fa4::hopper::bwd_launch_options();
-  o.fused_prepost = (opts & 1) != 0;
-  o.pdl = (opts & 2) != 0;
-  o.lpt = (opts & 4) != 0 ? 1 : 0;
+static const Target kTargets[] = {
+    {"library", 0, false, nullptr},
+    config_target<fa4::hopper::BwdHd64>(),
+    config_target<fa4::hopper::BwdHd128>(),
+    config_target<fa4::hopper::BwdHd128Persistent>(),
+    config_target<fa4::hopper::BwdHd256>(),
+};
+
+// Schedule overrides (-1: the heuristics' choice).
+static int g_lpt = -1;
+static int g_max_ctas = 0;
+
+static std::string launch_target(const Target& t, const BwdProblem& p, const BwdWorkspace& ws) {
+  if (!t.launch) return fa4::hopper::launch_bwd(p, ws, 0);
+  BwdSchedule s;
+  if (p.heads_kv > 0) s = fa4::hopper::bwd_plan(p).schedule;
+  if (g_lpt >= 0) s.lpt_section = g_lpt && p.heads_kv > 0 ? fa4::hopper::bwd_lpt_section(p) : 0;
+  s.max_ctas = g_max_ctas;
+  return t.launch(p, ws, 0, s);
 }
-static std::string dispatch_variant(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
-  switch (p.head_dim) {
-    case 64: return fa4::hopper::launch_bwd_hd64_variant(p, ws, stream, g_variant);
-    case 128: return fa4::hopper::launch_bwd_hd128_variant(p, ws, stream, g_variant);
-    default: return fa4::hopper::launch_bwd_hd256_variant(p, ws, stream, g_variant);
-  }
-}
-static std::string launch_variant(const BwdProblem& p, const BwdWorkspace& ws, int variant) {
-  g_variant = variant;
-  return fa4::hopper::launch_bwd_checked(p, ws, 0, dispatch_variant);
-}
-// Deterministic mode is run two ways: "lib det" = the library's own entry point (launch_bwd, which
-// runs bwd_deterministic_variant: V51 at hd64/hd128, V4096 at hd256), for the library's variant of the
-// head dim; "det" = the variant itself launched with deterministic = true, for the variants whose
-// own dQ path orders the adds and that are candidates for bwd_deterministic_variant: hd256 (bf16)
-// V0, V1 (consumer-side semaphores), V132 (= V4 with DetRingWriter), V20, V52 and V788 (the semaphore
-// handshake in the DqInRing writer warp). The persistent variants (11, 12, 59) have no deterministic mode.
-static bool det_direct(int d, bool bf16, int v) {
-  return d == 256 && bf16 && (v == 0 || v == 1 || v == 132 || v == 20 || v == 52 || v == 788 || v == 1024 || v == 1808 || v == 4096);
-}
-// mode 0 default, 1 deterministic (the variant itself), 2 deterministic through the library.
-static std::string launch_mode(const BwdProblem& p, const BwdWorkspace& ws, int variant, int mode) {
-  return mode == 2 ? fa4::hopper::launch_bwd(p, ws, 0) : launch_variant(p, ws, variant);
+static bool target_runs(const Target& t, int d, bool det) {
+  return (t.head_dim == 0 || t.head_dim == d) && !(det && t.persistent);
 }
 
 struct Case {
@@ -186,14 +176,14 @@ static Err compare(const std::vector<uint16_t>& got, const std::vector<double>& 
   return e;
 }
 
-// Runs one case for every variant and launch option set (and in deterministic mode: through the
-// library for the library's variant of the head dim, directly for det_direct variants), two
-// launches each; returns the number of failing runs.
-// Which of the three run modes the check does (--modes, default all): 0 default, 1 deterministic
-// (the variant itself), 2 deterministic through the library (launch_mode).
-static bool g_modes[3] = {true, true, true};
-static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std::vector<int>& variants,
-                    const std::vector<int>& opt_list, int* runs) {
+
+// Which modes the check runs (--modes, default both): 0 default, 1 deterministic.
+static bool g_modes[2] = {true, true};
+
+// Runs one case for every selected target and mode, two launches each; returns the number of
+// failing runs.
+static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std::vector<const Target*>& targets,
+                    int* runs) {
   const size_t nq = size_t(c.b) * c.sq * c.hq * c.d, nk = size_t(c.b) * c.sk * c.hkv * c.d;
   const size_t nlse = size_t(c.b) * c.hq * c.sq;
   std::mt19937_64 rng(seed);
@@ -244,100 +234,93 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   h2d(lse_in, hlse.data(), nlse * 4);
   h2d(dlse_in, dlse.data(), nlse * 4);
 
-  BwdProblem p{dq_in, dk_in, dv_in, o_in, lse_in, do_in, dlse_in, dq, dk, dv,
-               c.b,   c.sq,  c.sk,  c.hq, c.hkv,  c.d,   c.bf16 ? BwdDtype::kBf16 : BwdDtype::kF16,
-               float(scale), c.causal, false};
+  BwdProblem p{{c.b, c.sq, c.sk, c.hq, c.hkv, c.d, c.bf16 ? Dtype::kBf16 : Dtype::kF16, float(scale), c.causal},
+               dq_in, dk_in, dv_in, o_in, lse_in, do_in, dlse_in, dq, dk, dv, false};
   const size_t ws_bytes = fa4::hopper::bwd_workspace_bytes(p);
   void* ws_mem = dev(ws_bytes);
   const BwdWorkspace ws = fa4::hopper::bwd_workspace_from(ws_mem, p);
 
   int failures = 0;
-  for (int opts : opt_list)
-  for (int variant : variants) {
-  if (!variant_built(c.d, c.bf16, variant)) continue;
-  for (int det = 0; det < 3; ++det) {
-  if (!g_modes[det]) continue;
-  if (det == 1 && !det_direct(c.d, c.bf16, variant)) continue;
-  if (det == 2 && variant != fa4::hopper::bwd_default_variant(c.d)) continue;
-  p.deterministic = det != 0;
-  set_options(opts);
-  ++*runs;
-  const char* mode = det == 2 ? " lib det" : (det ? " det" : "    ");
-  std::vector<uint16_t> gq[2], gk[2], gv[2];
-  bool launched = true;
-  for (int run = 0; run < 2 && launched; ++run) {
-    // Poison: 0xFFFF is NaN in bf16 and fp16; the workspace too (0xFFFFFFFF is a float NaN).
-    CHECK_CUDA(cudaMemset(dq, 0xFF, std::max<size_t>(nq * 2, 16)));
-    CHECK_CUDA(cudaMemset(dk, 0xFF, std::max<size_t>(nk * 2, 16)));
-    CHECK_CUDA(cudaMemset(dv, 0xFF, std::max<size_t>(nk * 2, 16)));
-    CHECK_CUDA(cudaMemset(ws_mem, 0xFF, std::max<size_t>(ws_bytes, 16)));
-    std::string err = launch_mode(p, ws, variant, det);
-    if (!err.empty()) {
-      std::printf("FAIL v%d o%d %s%s: launch error: %s\n", variant, opts, describe(c).c_str(), mode, err.c_str());
-      launched = false;
-      break;
+  for (const Target* t : targets) {
+    for (int det = 0; det < 2; ++det) {
+      if (!g_modes[det] || !target_runs(*t, c.d, det != 0)) continue;
+      p.deterministic = det != 0;
+      ++*runs;
+      const char* mode = det ? " det" : "    ";
+      std::vector<uint16_t> gq[2], gk[2], gv[2];
+      bool launched = true;
+      for (int run = 0; run < 2 && launched; ++run) {
+        // Poison: 0xFFFF is NaN in bf16 and fp16; the workspace too (0xFFFFFFFF is a float NaN).
+        CHECK_CUDA(cudaMemset(dq, 0xFF, std::max<size_t>(nq * 2, 16)));
+        CHECK_CUDA(cudaMemset(dk, 0xFF, std::max<size_t>(nk * 2, 16)));
+        CHECK_CUDA(cudaMemset(dv, 0xFF, std::max<size_t>(nk * 2, 16)));
+        CHECK_CUDA(cudaMemset(ws_mem, 0xFF, std::max<size_t>(ws_bytes, 16)));
+        std::string err = launch_target(*t, p, ws);
+        if (!err.empty()) {
+          std::printf("FAIL %-16s %s%s: launch error: %s\n", t->name, describe(c).c_str(), mode, err.c_str());
+          launched = false;
+          break;
+        }
+        cudaError_t e = cudaDeviceSynchronize();
+        if (e != cudaSuccess) {
+          std::printf("FAIL %-16s %s%s: kernel error %s\n", t->name, describe(c).c_str(), mode, cudaGetErrorString(e));
+          std::exit(2);  // the context is gone
+        }
+        gq[run].resize(nq);
+        gk[run].resize(nk);
+        gv[run].resize(nk);
+        d2h(gq[run].data(), dq, nq * 2);
+        d2h(gk[run].data(), dk, nk * 2);
+        d2h(gv[run].data(), dv, nk * 2);
+      }
+      if (!launched) {
+        ++failures;
+        continue;
+      }
+      // dK and dV come from registers of one CTA each: a second run must give the same bits (a
+      // moving result is a race). dQ is summed by float atomics in hardware order: not expected to
+      // repeat, except in the deterministic mode, where it must.
+      const bool kv_same = gk[0] == gk[1] && gv[0] == gv[1];
+      const bool q_same = gq[0] == gq[1];
+      const Err eq = compare(gq[0], ref.dq, c.bf16), ek = compare(gk[0], ref.dk, c.bf16),
+                ev = compare(gv[0], ref.dv, c.bf16);
+      // Relative to each gradient's largest magnitude, plus an absolute floor for gradients that
+      // are exactly 0 in float64 (seq 1 without dlse: dS = P (dP - delta) is pure float32 rounding
+      // noise, ~1e-5). P and dS are rounded to the input dtype before their MMAs, o is rounded too
+      // (delta), and the outputs once more: a numpy model of exactly that
+      // (tests/gpu/cuda/bwd_layout_check.py's tiling with rounding) gives 2.2e-3 .. 4.4e-3 (bf16)
+      // and 4e-4 .. 5e-4 (fp16) on 600 x 600 shapes, so these bounds leave 3-5x; a layout or
+      // masking bug gives O(1e-2 .. 1).
+      const double tol = c.bf16 ? 1.5e-2 : 2.5e-3;
+      const double floor = 1e-4;
+      double ratio = 0;
+      for (const Err* e : {&eq, &ek, &ev}) ratio = std::max(ratio, e->max_err / (tol * e->max_ref + floor));
+      const bool pass =
+          eq.nonfinite + ek.nonfinite + ev.nonfinite == 0 && ratio <= 1.0 && kv_same && (q_same || !det);
+      *worst_ratio = std::max(*worst_ratio, ratio);
+      failures += !pass;
+      std::printf("%s %-16s %-62s%s rel err dq %.2e dk %.2e dv %.2e (tol %.0e) nonfinite %zu/%zu/%zu  dk,dv %s  dq %s\n",
+                  pass ? "ok  " : "FAIL", t->name, describe(c).c_str(), mode,
+                  eq.max_ref > 0 ? eq.max_err / eq.max_ref : eq.max_err,
+                  ek.max_ref > 0 ? ek.max_err / ek.max_ref : ek.max_err,
+                  ev.max_ref > 0 ? ev.max_err / ev.max_ref : ev.max_err, tol, eq.nonfinite, ek.nonfinite, ev.nonfinite,
+                  kv_same ? "repeat" : "DIFFER ON RERUN",
+                  q_same ? "repeats" : (det ? "DIFFERS ON RERUN (deterministic mode)" : "differs on rerun (atomics)"));
     }
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-      std::printf("FAIL v%d o%d %s%s: kernel error %s\n", variant, opts, describe(c).c_str(), mode,
-                  cudaGetErrorString(e));
-      std::exit(2);  // the context is gone
-    }
-    gq[run].resize(nq);
-    gk[run].resize(nk);
-    gv[run].resize(nk);
-    d2h(gq[run].data(), dq, nq * 2);
-    d2h(gk[run].data(), dk, nk * 2);
-    d2h(gv[run].data(), dv, nk * 2);
   }
-
-  if (!launched) {
-    ++failures;
-    continue;
-  }
-  // dK and dV come from registers of one CTA each: a second run must give the same bits (a moving
-  // result is a race). dQ is summed by float atomics in hardware order: not expected to repeat,
-  // except in the deterministic mode, where it must.
-  const bool kv_same = gk[0] == gk[1] && gv[0] == gv[1];
-  const bool q_same = gq[0] == gq[1];
-  const Err eq = compare(gq[0], ref.dq, c.bf16), ek = compare(gk[0], ref.dk, c.bf16),
-            ev = compare(gv[0], ref.dv, c.bf16);
-  // Relative to each gradient's largest magnitude, plus an absolute floor for gradients that are
-  // exactly 0 in float64 (seq 1 without dlse: dS = P (dP - delta) is pure float32 rounding noise,
-  // ~1e-5). P and dS are rounded to the input dtype before their MMAs, o is rounded too (delta),
-  // and the outputs once more: a numpy model of exactly that (tests/gpu/cuda/bwd_layout_check.py's
-  // tiling with rounding) gives 2.2e-3 .. 4.4e-3 (bf16) and 4e-4 .. 5e-4 (fp16) on 600 x 600
-  // shapes, so these bounds leave 3-5x; a layout or masking bug gives O(1e-2 .. 1).
-  const double tol = c.bf16 ? 1.5e-2 : 2.5e-3;
-  const double floor = 1e-4;
-  double ratio = 0;
-  for (const Err* e : {&eq, &ek, &ev}) ratio = std::max(ratio, e->max_err / (tol * e->max_ref + floor));
-  const bool pass =
-      eq.nonfinite + ek.nonfinite + ev.nonfinite == 0 && ratio <= 1.0 && kv_same && (q_same || !det);
-  *worst_ratio = std::max(*worst_ratio, ratio);
-  failures += !pass;
-  std::printf("%s v%d o%d %-62s%s rel err dq %.2e dk %.2e dv %.2e (tol %.0e) nonfinite %zu/%zu/%zu  dk,dv %s  dq %s\n",
-              pass ? "ok  " : "FAIL", variant, opts, describe(c).c_str(), mode,
-              eq.max_ref > 0 ? eq.max_err / eq.max_ref : eq.max_err,
-              ek.max_ref > 0 ? ek.max_err / ek.max_ref : ek.max_err, ev.max_ref > 0 ? ev.max_err / ev.max_ref : ev.max_err,
-              tol, eq.nonfinite, ek.nonfinite, ev.nonfinite, kv_same ? "repeat" : "DIFFER ON RERUN",
-              q_same ? "repeats" : (det ? "DIFFERS ON RERUN (deterministic mode)" : "differs on rerun (atomics)"));
-  }  // det
-  }  // variant
   for (void* ptr : {dq_in, dk_in, dv_in, do_in, o_in, static_cast<void*>(lse_in), static_cast<void*>(dlse_in), dq,
                     dk, dv, ws_mem})
     cudaFree(ptr);
   return failures;
 }
 
-// with_det: also time deterministic mode (same buffers): row "det" = the library's entry point
-// (bwd_deterministic_variant), rows "<v>det" = each det_direct variant of the list launched itself.
-static void bench(const std::vector<int>& seqs, const std::vector<int>& variants, const std::vector<int>& opt_list,
+// Kernel-only timing of every selected target on the FA3 grid (bf16, 16k tokens, hidden 2048);
+// with_det adds each target's deterministic-mode row.
+static void bench(const std::vector<int>& seqs, const std::vector<const Target*>& targets,
                   const std::vector<int>& dims, bool with_det) {
   std::printf("\nkernel-only backward timing (preprocess + main + postprocess), FA3 grid (bf16, 16k tokens, "
-              "hidden 2048), median of 10; TFLOP/s with backward FLOPs = 2.5 x forward%s\n",
-              with_det ? "; variant 'det' = the library's variant in deterministic mode" : "");
-  std::printf("%5s %7s %6s %6s %7s %5s %10s %9s\n", "hd", "causal", "seq", "batch", "variant", "opts", "ms", "TFLOP/s");
+              "hidden 2048), median of 10; TFLOP/s with backward FLOPs = 2.5 x forward\n");
+  std::printf("%5s %7s %6s %6s %-18s %4s %10s %9s\n", "hd", "causal", "seq", "batch", "config", "det", "ms", "TFLOP/s");
   for (int d : dims) {
     for (int causal = 0; causal < 2; ++causal) {
       for (int s : seqs) {
@@ -357,75 +340,41 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
         std::vector<float> hl(size_t(b) * h * s, std::log(float(s)) + 4.f);
         CHECK_CUDA(cudaMemcpy(lse, hl.data(), hl.size() * 4, cudaMemcpyHostToDevice));
         CHECK_CUDA(cudaMemset(dlse, 0, hl.size() * 4));
-        BwdProblem p{q, k, v, o, lse, dout, dlse, dq, dk, dv, b, s, s, h, h, d, BwdDtype::kBf16,
-                     1.f / std::sqrt(float(d)), causal != 0, false};
+        BwdProblem p{{b, s, s, h, h, d, Dtype::kBf16, 1.f / std::sqrt(float(d)), causal != 0},
+                     q, k, v, o, lse, dout, dlse, dq, dk, dv, false};
         void* ws_mem;
         CHECK_CUDA(cudaMalloc(&ws_mem, fa4::hopper::bwd_workspace_bytes(p)));
         const BwdWorkspace ws = fa4::hopper::bwd_workspace_from(ws_mem, p);
         cudaEvent_t e0, e1;
         cudaEventCreate(&e0);
         cudaEventCreate(&e1);
-        // Warm-up (check_util.h): the cell's first built variant, untimed, before any row.
-        {
-          int warm = fa4::hopper::bwd_default_variant(d);
-          for (int v : variants) {
-            if (variant_built(d, true, v)) {
-              warm = v;
-              break;
+        // Warm-up (check_util.h): the library, untimed, before any row.
+        warm_up([&] { return fa4::hopper::launch_bwd(p, ws, 0); });
+        for (const Target* t : targets) {
+          for (int det = 0; det < (with_det ? 2 : 1); ++det) {
+            if (!target_runs(*t, d, det != 0)) continue;
+            p.deterministic = det != 0;
+            std::vector<float> ms;
+            for (int it = 0; it < 13; ++it) {
+              cudaEventRecord(e0);
+              std::string err = launch_target(*t, p, ws);
+              cudaEventRecord(e1);
+              if (!err.empty()) {
+                std::printf("launch error %s\n", err.c_str());
+                std::exit(3);
+              }
+              CHECK_CUDA(cudaEventSynchronize(e1));
+              float tm;
+              cudaEventElapsedTime(&tm, e0, e1);
+              if (it >= 3) ms.push_back(tm);
             }
+            std::sort(ms.begin(), ms.end());
+            const double med = ms[ms.size() / 2];
+            const double flops = 2.5 * 4.0 * b * h * double(s) * s * d / (causal ? 2 : 1);
+            std::printf("%5d %7s %6d %6d %-18s %4s %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, t->name,
+                        det ? "yes" : "no", med, flops / med / 1e9);
+            std::fflush(stdout);
           }
-          set_options(opt_list.front());
-          p.deterministic = false;
-          warm_up([&] { return launch_mode(p, ws, warm, 0); });
-        }
-        for (int opts : opt_list)
-        for (int vi = 0; vi < 2 * int(variants.size()) + (with_det ? 1 : 0); ++vi) {
-        // Rows: every variant (vi even), its direct deterministic run (vi odd, with_det and
-        // det_direct only), then the library's deterministic mode.
-        const bool lib_det = vi == 2 * int(variants.size());
-        const int variant = lib_det ? fa4::hopper::bwd_default_variant(d) : variants[vi / 2];
-        const bool det = lib_det || (vi % 2 == 1);
-        if (!lib_det && vi % 2 == 1 && !(with_det && det_direct(d, true, variant))) continue;
-        if (!variant_built(d, true, variant)) continue;
-        p.deterministic = det;
-        set_options(opts);
-        unsigned long long clk[4];
-        if (variant == 68 && d == 256) fa4::hopper::bwd_hd256_writer_clocks(clk);  // clear
-        std::vector<float> ms;
-        for (int it = 0; it < 13; ++it) {
-          cudaEventRecord(e0);
-          std::string err = launch_mode(p, ws, variant, lib_det ? 2 : (det ? 1 : 0));
-          cudaEventRecord(e1);
-          if (!err.empty()) {
-            std::printf("launch error %s\n", err.c_str());
-            std::exit(3);
-          }
-          CHECK_CUDA(cudaEventSynchronize(e1));
-          float t;
-          cudaEventElapsedTime(&t, e0, e1);
-          if (it >= 3) ms.push_back(t);
-        }
-        std::sort(ms.begin(), ms.end());
-        const double med = ms[ms.size() / 2];
-        const double flops = 2.5 * 4.0 * b * h * double(s) * s * d / (causal ? 2 : 1);
-        if (det) {
-          const std::string label = lib_det ? std::string("det") : std::to_string(variant) + "det";
-          std::printf("%5d %7s %6d %6d %7s %5d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, label.c_str(), opts,
-                      med, flops / med / 1e9);
-        }
-        else
-          std::printf("%5d %7s %6d %6d %7d %5d %10.4f %9.1f\n", d, causal ? "yes" : "no", s, b, variant, opts, med,
-                      flops / med / 1e9);
-        if (variant == 68 && d == 256 && fa4::hopper::bwd_hd256_writer_clocks(clk).empty() && clk[3] > 0 &&
-            clk[2] > 0) {
-          // All 13 launches, every CTA's writer: where its span went (steps after the first).
-          std::printf("      writer (v68%s): per step %.0f cycles; waiting for the consumers %.1f%%, for the bulk "
-                      "engine (wait_group.read) %.1f%%, other (issue, ring stage) %.1f%%\n",
-                      det ? " det" : "", double(clk[2]) / double(clk[3]), 100.0 * double(clk[0]) / double(clk[2]),
-                      100.0 * double(clk[1]) / double(clk[2]),
-                      100.0 - 100.0 * double(clk[0] + clk[1]) / double(clk[2]));
-        }
-        std::fflush(stdout);
         }
         for (void* ptr : {q, k, v, o, dout, dq, dk, dv, static_cast<void*>(lse), static_cast<void*>(dlse), ws_mem})
           cudaFree(ptr);
@@ -434,55 +383,51 @@ static void bench(const std::vector<int>& seqs, const std::vector<int>& variants
   }
 }
 
+static std::vector<int> int_list(const char* t) {
+  std::vector<int> out;
+  for (; *t; t = std::strchr(t, ',') ? std::strchr(t, ',') + 1 : t + std::strlen(t)) out.push_back(std::atoi(t));
+  return out;
+}
+
 int main(int argc, char** argv) {
   bool do_bench = false, do_check = true, det_bench = false;
   std::vector<int> seqs = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> only_d;
-  std::vector<int> variants = {0, 1, 2, 3, 4, 11, 12};
-  std::vector<int> opt_list = {1};  // the library's launch options (bwd_launch.h)
-  bool variants_named = false;
+  std::vector<const Target*> targets;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--bench")) do_bench = true;
-    if (!std::strcmp(argv[i], "--deterministic-bench")) do_bench = det_bench = true;
-    if (!std::strcmp(argv[i], "--no-check")) do_check = false;
-    if (!std::strcmp(argv[i], "--quick-bench")) seqs = {2048, 4096, 16384};
-    if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
-    // Persistent variants: cap the grid so even small cases run many tiles per CTA.
-    if (!std::strcmp(argv[i], "--max-ctas") && i + 1 < argc) fa4::hopper::bwd_launch_options().max_ctas = std::atoi(argv[++i]);
-    if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) {  // e.g. --seqs 2048,16384
-      seqs.clear();
-      for (const char* t = argv[++i]; *t; t = std::strchr(t, ',') ? std::strchr(t, ',') + 1 : t + std::strlen(t))
-        seqs.push_back(std::atoi(t));
-    }
-    if (!std::strcmp(argv[i], "--opts") && i + 1 < argc) {  // launch option masks, e.g. --opts 0,7
-      opt_list.clear();
-      for (const char* t = argv[++i]; *t; t = std::strchr(t, ',') ? std::strchr(t, ',') + 1 : t + std::strlen(t))
-        opt_list.push_back(std::atoi(t));
-    }
-    if (!std::strcmp(argv[i], "--modes") && i + 1 < argc) {  // check modes, e.g. --modes 1 (launch_mode)
-      g_modes[0] = g_modes[1] = g_modes[2] = false;
-      for (const char* t = argv[++i]; *t; t = std::strchr(t, ',') ? std::strchr(t, ',') + 1 : t + std::strlen(t))
-        if (*t >= '0' && *t <= '2') g_modes[*t - '0'] = true;
-    }
-    if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) {  // e.g. --variants 0,2
-      variants.clear();
-      variants_named = true;
-      for (const char* t = argv[++i]; *t; t = std::strchr(t, ',') ? std::strchr(t, ',') + 1 : t + std::strlen(t))
-        variants.push_back(std::atoi(t));
-    }
-  }
-  // A variant asked for by name that no requested head dim builds is an error, not a silent skip.
-  if (variants_named) {
-    const std::vector<int> dims = only_d.empty() ? std::vector<int>{64, 128, 256} : only_d;
-    for (int v : variants) {
-      bool any = false;
-      for (int d : dims) any = any || variant_built(d, true, v);
-      if (!any) {
-        std::printf("variant %d is not built for any requested head dim (variant_built)\n", v);
+    else if (!std::strcmp(argv[i], "--deterministic-bench")) do_bench = det_bench = true;
+    else if (!std::strcmp(argv[i], "--no-check")) do_check = false;
+    else if (!std::strcmp(argv[i], "--quick-bench")) seqs = {2048, 4096, 16384};
+    else if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
+    // Persistent configurations: cap the grid so even small cases run many tiles per CTA.
+    else if (!std::strcmp(argv[i], "--max-ctas") && i + 1 < argc) g_max_ctas = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--lpt") && i + 1 < argc) g_lpt = std::atoi(argv[++i]) != 0 ? 1 : 0;
+    else if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = int_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--modes") && i + 1 < argc) {
+      g_modes[0] = g_modes[1] = false;
+      for (int m : int_list(argv[++i]))
+        if (m == 0 || m == 1) g_modes[m] = true;
+    } else if (!std::strcmp(argv[i], "--config") && i + 1 < argc) {
+      const char* name = argv[++i];
+      const Target* found = nullptr;
+      for (const Target& t : kTargets)
+        if (!std::strcmp(t.name, name)) found = &t;
+      if (!found) {
+        std::printf("unknown configuration \"%s\"; known:", name);
+        for (const Target& t : kTargets) std::printf(" \"%s\"", t.name);
+        std::printf("\n");
         return 2;
       }
+      targets.push_back(found);
+    } else {
+      std::printf("unknown option %s\n", argv[i]);
+      return 2;
     }
   }
+  if (targets.empty())
+    for (const Target& t : kTargets) targets.push_back(&t);
+  const std::vector<int> dims = only_d.empty() ? std::vector<int>{64, 128, 256} : only_d;
   int device = 0, major = 0;
   CHECK_CUDA(cudaGetDevice(&device));
   CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -501,7 +446,6 @@ int main(int argc, char** argv) {
         {1, 1000, 200, 2, 2}, {2, 300, 301, 8, 8},   {1, 1000, 1000, 2, 1}, {1, 300, 300, 8, 1},
         {1, 5, 0, 2, 1},      {1, 0, 5, 2, 1},       {1, 129, 257, 2, 2},
     };
-    const std::vector<int> dims = only_d.empty() ? std::vector<int>{64, 128, 256} : only_d;
     uint64_t seed = 1;
     for (int d : dims)
       for (int bf16 = 1; bf16 >= 0; --bf16)
@@ -511,11 +455,12 @@ int main(int argc, char** argv) {
             c.bf16 = bf16;
             c.causal = causal;
             c.with_dlse = (seed % 2) == 0;
-            failures += run_case(c, seed++, &worst, variants, opt_list, &total);
+            failures += run_case(c, seed++, &worst, targets, &total);
           }
-    std::printf("\n%d/%d cases passed (case x variant x mode runs: default, det = the variant in deterministic mode, lib det = the library's deterministic mode); worst max-error / tolerance = %.3f\n", total - failures,
-                total, worst);
+    std::printf("\n%d/%d runs passed (case x configuration x mode; det = deterministic mode); worst max-error / "
+                "tolerance = %.3f\n",
+                total - failures, total, worst);
   }
-  if (do_bench) bench(seqs, variants, opt_list, only_d.empty() ? std::vector<int>{64, 128, 256} : only_d, det_bench);
+  if (do_bench) bench(seqs, targets, dims, det_bench);
   return failures == 0 ? 0 : 1;
 }

@@ -11,8 +11,8 @@ namespace fa4::hopper {
 
 // Scratch the backward needs on the device, rows padded to bwd_seq_q_pad(seq_q):
 // dq_accum float32 [batch, heads_q, pad, head_dim]; dq_sem int32 [batch, heads_q, pad / 64] (the
-// deterministic mode's semaphore per query block: pad / 64 is enough for every config's block_m,
-// 64 or 128), then tile_counter int32 [1] (the persistent kernel's next tile); lse2 and delta
+// deterministic mode's semaphore per query block: pad / 64 is enough for every configuration's
+// block_m, 64 or 128), then tile_counter int32 [1] (the persistent kernel's next tile); lse2 and delta
 // float32 [batch, heads_q, pad]. dq_accum, dq_sem and tile_counter are adjacent so one memset
 // zeroes them.
 struct BwdWorkspace {
@@ -23,14 +23,14 @@ struct BwdWorkspace {
   float* delta;
 };
 
-// Query rows rounded up to a whole number of every config's block_m (and 128-byte vectors).
+// Query rows rounded up to a whole number of every configuration's block_m (and 128-byte vectors).
 inline int64_t bwd_seq_q_pad(int64_t seq_q) { return (seq_q + 127) / 128 * 128; }
 
 // Each sub-buffer starts on this boundary (the kernels need 16 bytes: TMA, 1-D bulk copies and
 // vector loads; 256 keeps every row block on whole cache sectors).
 constexpr size_t kBwdWorkspaceAlign = 256;
 
-// Smallest query block of any config: dq_sem has one int per kBwdSemRows padded rows.
+// Smallest query block of any configuration: dq_sem has one int per kBwdSemRows padded rows.
 constexpr int64_t kBwdSemRows = 64;
 // int32 counters after the semaphores (the persistent kernel's tile counter).
 constexpr int64_t kBwdCounterInts = 1;

@@ -1,8 +1,8 @@
-// The hd256 backward with 80-key blocks (variant 4096, the library's hd256 backward since session 6;
-// FA3's hd256 shape on Hopper). One CTA owns 80 keys of one kv head, so each query's dQ gets 20% fewer
-// float32 reduce-adds than with 64-key blocks -- the L2 reduce traffic is what bounds the hd256
-// backward (NOTES.md, sessions 3 and 5). 80 keys do not split into m64 rows, so the products are
-// taken the other way round from bwd_kernel.cuh's:
+// The hd256 backward main kernel with 80-key blocks (the BwdHd256 configuration; FA3's hd256
+// shape on Hopper). One CTA owns 80 keys of one kv head, so each query's dQ gets 20% fewer float32
+// reduce-adds than with 64-key blocks -- the L2 reduce traffic is what bounds the hd256 backward.
+// 80 keys do not split into m64 rows, so the products are taken the other way round from
+// mainloop.cuh's:
 //   S = Q K^T and dP = dO V^T     M = 64 queries, N = 40 keys per warpgroup (c: keys 40c ..), K = hd
 //   P = 2^(S scale log2e - lse2), dS = P (dP - delta')   per query row: two lse2 / delta' per thread
 //   P^T, dS^T -> shared memory    stmatrix .trans into [80 keys][64 queries] buffers
@@ -10,8 +10,7 @@
 //                                 blocks), N = 80 keys, K = 64 queries: 2 x 40 + 2 x 40 registers
 //   dQ^T = K^T dS^T               M = head dim (the same rows), N = 64 queries, K = 80 keys, in two
 //                                 64-row pieces of 32 registers, each added to dq_accum with 16-byte
-//                                 red.global.add.v4 as soon as it retired (RedV4: measured as fast as
-//                                 the bulk reduce at hd256, session 5)
+//                                 red.global.add.v4 as soon as it retired
 // Shared memory: K, V (40 KB each), Q ring 2 x 32 KB, dO ring 1 x 32 KB (two do not fit beside two
 // Q stages), P^T and dS^T 2 x 10 KB each: 218 KB. dO(t) is freed as soon as dV^T(t) retired, so
 // dO(t + 1) loads while dK^T, dQ^T and the adds of step t run.
@@ -20,95 +19,32 @@
 // Epilogue: dK^T (times softmax_scale) and dV^T go back through shared memory transposed
 // (stmatrix .trans) and out as 16-byte row stores.
 #pragma once
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "hopper/bwd/args.cuh"
+#include "hopper/bwd/config.cuh"
+#include "hopper/bwd/dq_writer.cuh"
+#include "hopper/bwd/producer.cuh"
+#include "hopper/bwd/scheduler.cuh"
+#include "hopper/common/numeric.cuh"
+#include "hopper/common/pipeline.cuh"
+#include "hopper/ptx/barrier.cuh"
+#include "hopper/ptx/mbarrier.cuh"
+#include "hopper/ptx/reduce.cuh"
+#include "hopper/ptx/stmatrix.cuh"
+#include "hopper/ptx/tma.cuh"
+#include "hopper/ptx/wgmma.cuh"
+#include "hopper/ptx/wgmma_mma.cuh"
 
 namespace fa4::hopper {
-
-template <int HeadDim>
-struct BwdTileKv80 {
-  static_assert(HeadDim == 256, "the 80-key backward is the hd256 shape");
-  static constexpr bool kv80() { return true; }
-  static constexpr bool persistent() { return false; }
-  static constexpr bool red_v4() { return true; }
-  static constexpr bool dq_frag_layout() { return true; }
-  static constexpr bool dq_transposed() { return true; }
-  static constexpr int head_dim() { return HeadDim; }
-  static constexpr int block_m() { return 64; }
-  static constexpr int block_n() { return 80; }
-  static constexpr int keys_per_warpgroup() { return 40; }
-  static constexpr int consumer_warpgroups() { return 2; }
-  static constexpr int threads() { return 128 * (1 + consumer_warpgroups()); }
-  static constexpr int producer_regs() { return 24; }
-  static constexpr int consumer_regs() { return 240; }
-  static constexpr int q_stages() { return 2; }
-  static constexpr int do_stages() { return 1; }
-  static constexpr int pds_stages() { return 2; }
-  static constexpr int chunks() { return HeadDim / 64; }
-  static constexpr uint32_t chunk_bytes_q() { return 64u * 128; }   // Q, dO: 64 rows x 128 bytes
-  static constexpr uint32_t chunk_bytes_kv() { return 80u * 128; }  // K, V, P^T, dS^T: 80 rows
-  static constexpr uint32_t q_tile_bytes() { return 64u * HeadDim * 2; }
-  static constexpr uint32_t kv_tile_bytes() { return 80u * HeadDim * 2; }
-  static constexpr uint32_t pds_tile_bytes() { return 80u * 64 * 2; }
-  static constexpr uint32_t vec_bytes() { return 64u * 4; }
-
-  static constexpr uint32_t k_offset() { return 0; }
-  static constexpr uint32_t v_offset() { return kv_tile_bytes(); }
-  static constexpr uint32_t q_offset() { return 2 * kv_tile_bytes(); }
-  static constexpr uint32_t do_offset() { return q_offset() + q_stages() * q_tile_bytes(); }
-  static constexpr uint32_t pt_offset() { return do_offset() + do_stages() * q_tile_bytes(); }
-  static constexpr uint32_t dst_offset() { return pt_offset() + pds_stages() * pds_tile_bytes(); }
-  static constexpr uint32_t lse_offset() { return dst_offset() + pds_stages() * pds_tile_bytes(); }
-  static constexpr uint32_t delta_offset() { return lse_offset() + q_stages() * vec_bytes(); }
-  static constexpr uint32_t barrier_offset() { return delta_offset() + do_stages() * vec_bytes(); }
-  // kv_full, then the Q ring's full[2][1] + empty[2], then the dO ring's full[1][1] + empty[1].
-  static constexpr uint32_t barrier_bytes() { return 8 * (1 + 2 * q_stages() + 2 * do_stages()); }
-  static constexpr uint32_t smem_bytes() { return barrier_offset() + barrier_bytes() + 1024; }
-  // Epilogue staging of dK and dV ([80 keys][256] each, rows padded to 528 bytes so the
-  // transposed stmatrix rows of a warp hit distinct banks), over the Q / dO rings and buffers.
-  static constexpr uint32_t epi_row_bytes() { return HeadDim * 2 + 16; }
-  static constexpr uint32_t epi_dk_offset() { return q_offset(); }
-  static constexpr uint32_t epi_dv_offset() { return q_offset() + 80 * epi_row_bytes(); }
-
-  // Ring adapters for TmaConsumerPipeline (its "kv" tile is our 64-row Q / dO tile).
-  template <int Stages>
-  struct RowRingN {
-    static constexpr int kv_stages() { return Stages; }
-    static constexpr int qk_stages() { return 1; }
-    static constexpr int chunks() { return HeadDim / 64; }
-    static constexpr uint32_t kv_tile_bytes() { return 64u * HeadDim * 2; }
-    static constexpr uint32_t chunk_bytes_kv() { return 64u * 128; }
-  };
-  using RowRing = RowRingN<2>;
-  using DoRing = RowRingN<1>;
-
-  // dq_accum tile of 64 queries: piece p (head-dim rows 64p .. 64p + 63 of dQ^T) of thread t,
-  // accumulator register k (k = 4j + 2i + e: head-dim row 16 (t / 32) + t % 32 / 4 + 8i, query
-  // 8j + 2 (t % 4) + e): (k / 4) major, thread minor, so a warp's 16-byte adds cover 512
-  // contiguous bytes.
-  static constexpr int dq_frag_offset(int p, int t, int k) { return p * 64 * 64 + 4 * ((k / 4) * 128 + t) + k % 4; }
-  // Offset of dQ element (query row, head-dim col) inside its tile (any row, col).
-  static constexpr int dq_accum_offset_any(int row, int col) {
-    const int p = col / 64, r = col % 64, q = row % 64;
-    const int t = 32 * (r / 16) + 4 * (r % 8) + (q % 8) / 2;
-    const int k = 4 * (q / 8) + 2 * ((r % 16) / 8) + q % 2;
-    return dq_frag_offset(p, t, k);
-  }
-
-  static_assert(k_offset() % 1024 == 0 && v_offset() % 1024 == 0 && q_offset() % 1024 == 0 &&
-                    do_offset() % 1024 == 0 && pt_offset() % 1024 == 0 && dst_offset() % 1024 == 0 &&
-                    chunk_bytes_kv() % 1024 == 0 && pds_tile_bytes() % 1024 == 0,
-                "128-byte swizzle atoms need 1024-byte aligned tiles");
-  static_assert(epi_dv_offset() + 80 * epi_row_bytes() <= lse_offset(), "epilogue staging fits the rings");
-  static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
-};
-
-template <>
-struct BwdConfig<256, 4096> : BwdTileKv80<256> {};
 
 // S (or dP) of this warpgroup: 64 queries x 40 keys [40c, 40c + 40) = X Y^T over the head dim,
 // X = the Q (dO) tile, Y = K (V) rows; both K-major. Caller fences and commits.
 template <class T, class Cfg>
 __device__ __forceinline__ void kv80_scores(float (&acc)[20], const uint8_t* x_tile, const uint8_t* y_tile, int c) {
-  using Tag = typename BwdMmaTag<T>::type;
+  using Tag = typename WgmmaTag<T>::type;
 #pragma unroll
   for (int kk = 0; kk < Cfg::head_dim() / 16; ++kk) {
     const int chunk = kk / 4;
@@ -116,7 +52,7 @@ __device__ __forceinline__ void kv80_scores(float (&acc)[20], const uint8_t* x_t
     const auto a = MmaSmemDescriptor::sw128(x_tile + chunk * Cfg::chunk_bytes_q(), 0).plus_bytes(within);
     const auto b = MmaSmemDescriptor::sw128(y_tile + chunk * Cfg::chunk_bytes_kv() + 40 * c * 128, 0)
                        .plus_bytes(within);
-    WgmmaSSMajor<Tag, 40>::template mma<0, 0>(acc, a.bits, b.bits, kk > 0 ? 1u : 0u);
+    WgmmaSS<Tag, 40>::template mma<0, 0>(acc, a.bits, b.bits, kk > 0 ? 1u : 0u);
   }
 }
 
@@ -125,12 +61,12 @@ __device__ __forceinline__ void kv80_scores(float (&acc)[20], const uint8_t* x_t
 // (80 key rows, queries contiguous). Caller fences and commits.
 template <class T, class Cfg>
 __device__ __forceinline__ void kv80_dkv(float (&acc)[40], const uint8_t* x_tile, int piece, const uint8_t* y_buf) {
-  using Tag = typename BwdMmaTag<T>::type;
+  using Tag = typename WgmmaTag<T>::type;
   const auto a = MmaSmemDescriptor::sw128(x_tile + piece * Cfg::chunk_bytes_q(), Cfg::chunk_bytes_q());
   const auto b = MmaSmemDescriptor::sw128(y_buf, 0);
 #pragma unroll
   for (int kk = 0; kk < Cfg::block_m() / 16; ++kk) {
-    WgmmaSSMajor<Tag, 80>::template mma<1, 0>(acc, a.plus_bytes(kk * 16 * 128).bits, b.plus_bytes(kk * 32).bits, 1u);
+    WgmmaSS<Tag, 80>::template mma<1, 0>(acc, a.plus_bytes(kk * 16 * 128).bits, b.plus_bytes(kk * 32).bits, 1u);
   }
 }
 
@@ -139,12 +75,12 @@ __device__ __forceinline__ void kv80_dkv(float (&acc)[40], const uint8_t* x_tile
 // (queries contiguous, keys are rows). Caller fences and commits.
 template <class T, class Cfg>
 __device__ __forceinline__ void kv80_dq(float (&acc)[32], const uint8_t* k_tile, int piece, const uint8_t* dst_buf) {
-  using Tag = typename BwdMmaTag<T>::type;
+  using Tag = typename WgmmaTag<T>::type;
   const auto a = MmaSmemDescriptor::sw128(k_tile + piece * Cfg::chunk_bytes_kv(), Cfg::chunk_bytes_kv());
   const auto b = MmaSmemDescriptor::sw128(dst_buf, Cfg::chunk_bytes_kv());
 #pragma unroll
   for (int kk = 0; kk < Cfg::block_n() / 16; ++kk) {
-    WgmmaSSMajor<Tag, 64>::template mma<1, 1>(acc, a.plus_bytes(kk * 16 * 128).bits,
+    WgmmaSS<Tag, 64>::template mma<1, 1>(acc, a.plus_bytes(kk * 16 * 128).bits,
                                               b.plus_bytes(kk * 16 * 128).bits, kk > 0 ? 1u : 0u);
   }
 }
@@ -192,7 +128,7 @@ __device__ __forceinline__ void kv80_stage_dkv(uint8_t* stage, const float (&acc
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const int jj = j + u / 2, i = u % 2;
-        v[u] = bwd_pack2<T>(acc[b][4 * jj + 2 * i] * scale, acc[b][4 * jj + 2 * i + 1] * scale);
+        v[u] = pack2<T>(acc[b][4 * jj + 2 * i] * scale, acc[b][4 * jj + 2 * i + 1] * scale);
       }
       const int key = 8 * (j + m / 2) + lane % 8;
       const int col = 128 * c + 64 * b + 16 * warp + 8 * (m % 2);
@@ -241,7 +177,7 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
   }
 
   int m_begin, m_end;
-  bwd_m_range<Cfg, Causal>(args, n0, &m_begin, &m_end);
+  bwd_query_blocks<Cfg, Causal>(args, n0, &m_begin, &m_end);
   const bool any = m_end > m_begin;
   if (any) mbarrier_wait(kv_full, 0);
 
@@ -284,7 +220,7 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
         for (int i = 0; i < 2; ++i) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            float p = bwd_exp2(fmaf(s[4 * j + 2 * i + e], args.scale_log2, -l[i]));
+            float p = exp2_approx(fmaf(s[4 * j + 2 * i + e], args.scale_log2, -l[i]));
             if (need_mask) {
               const int key = key0 + 8 * j + e;
               const int query = m0 + qrow + 8 * i;
@@ -296,7 +232,7 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
       }
       uint32_t pk[10];
 #pragma unroll
-      for (int k = 0; k < 10; ++k) pk[k] = bwd_pack2<T>(s[2 * k], s[2 * k + 1]);
+      for (int k = 0; k < 10; ++k) pk[k] = pack2<T>(s[2 * k], s[2 * k + 1]);
       kv80_store_transposed<Cfg>(pt, pk, c, warp, lane);
       const float d[2] = {delta[qrow], delta[qrow + 8]};
       wgmma_wait<0>();
@@ -304,7 +240,7 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
 #pragma unroll
       for (int k = 0; k < 10; ++k) {
         const int i = k % 2;  // register pair k = (j, i) = (k / 2, k % 2)
-        pk[k] = bwd_pack2<T>(s[2 * k] * (dp[2 * k] - d[i]), s[2 * k + 1] * (dp[2 * k + 1] - d[i]));
+        pk[k] = pack2<T>(s[2 * k] * (dp[2 * k] - d[i]), s[2 * k + 1] * (dp[2 * k + 1] - d[i]));
       }
       kv80_store_transposed<Cfg>(dst, pk, c, warp, lane);
       // Generic-proxy stores -> wgmma reads, across both warpgroups (each reads all 80 keys).
@@ -375,8 +311,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   static_assert(sizeof(QBarriers) + sizeof(DoBarriers) + 8 == Cfg::barrier_bytes(), "barrier block size");
 
   int n_block, kv_head, batch;
-  bwd_block_coords(args, &n_block, &kv_head, &batch);
-  if (Causal && args.deterministic) n_block = bwd_key_block<Causal>(args);
+  BwdGridScheduler<Causal>::tile(args, &n_block, &kv_head, &batch);
   const int n0 = n_block * Cfg::block_n();
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
 
@@ -397,10 +332,10 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     setmaxnreg_dec<Cfg::producer_regs()>();
     if (threadIdx.x == 0) {
       int m_begin, m_end;
-      bwd_m_range<Cfg, Causal>(args, n0, &m_begin, &m_end);
+      bwd_query_blocks<Cfg, Causal>(args, n0, &m_begin, &m_end);
       if (m_end > m_begin) {
-        bwd_load_tiles<Cfg, Cfg::q_stages(), Cfg::do_stages()>(smem, kv_full, q_bars, do_bars, &tm_q, &tm_k, &tm_v,
-                                                               &tm_do, args, n0, kv_head, batch, m_begin, m_end);
+        bwd_load_tile<Cfg, Cfg::q_stages(), Cfg::do_stages()>(smem, kv_full, q_bars, do_bars, &tm_q, &tm_k, &tm_v,
+                                                              &tm_do, args, n0, kv_head, batch, m_begin, m_end);
       }
     }
   } else {

@@ -1,0 +1,51 @@
+// The backward main kernels' parameters and named-barrier ids (device code; the host fills BwdArgs
+// in launch_config.cuh).
+#pragma once
+#include <cstdint>
+
+namespace fa4::hopper {
+
+struct BwdArgs {
+  float* dq_accum;     // [batch, heads_q, seq_q_pad, head_dim], zeroed by the preprocess
+  int* dq_sem;         // [batch, heads_q, seq_q_pad / 64], zeroed before the preprocess (deterministic mode)
+  const float* lse2;   // [batch, heads_q, seq_q_pad]: lse * log2(e); +inf where P must be 0
+  const float* delta;  // [batch, heads_q, seq_q_pad]: rowsum(dO * O) - dlse; 0 in the padding
+  void* dk;            // [batch, seq_k, heads_kv, head_dim], q's dtype
+  void* dv;
+  int seq_q, seq_k, seq_q_pad, heads_q, heads_kv;
+  int group;           // heads_q / heads_kv
+  float scale_log2;    // softmax_scale * log2(e)
+  float softmax_scale;
+  bool deterministic;  // order the dQ adds of each query block by key block (bitwise repeatable dq)
+  // pdl = launched as a programmatic dependent of the preprocess (griddepcontrol.wait before
+  // touching lse2 / delta / dq_accum); the library launches with 0.
+  int pdl;
+  // The scheduler's parameters (scheduler.cuh): lpt_section > 0 = tiles in the sectioned
+  // longest-first order, lpt_section (batch, kv head) pairs per section; n_blocks key blocks.
+  int lpt_section;
+  int n_blocks;
+  int batch;
+  int* tile_counter;   // the persistent kernel's tile counter (workspace, zeroed with dq_sem)
+};
+
+// PTX griddepcontrol (sm_90): wait until the prerequisite grid has completed and its memory is
+// visible / let the dependent grid be scheduled. Only reached when args.pdl is set.
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// Named barrier ids (0 is __syncthreads): both consumer warpgroups, once per step, after dS^T
+// (and at hd256 P^T) is in shared memory.
+constexpr uint32_t kBwdBarPds = 1;
+constexpr uint32_t kBwdConsumerThreads = 256;
+// The shared dQ tile's full (consumers arrive, writer warp syncs) and empty (writer arrives,
+// consumers sync) barriers, both counting the two consumer warpgroups + the writer warp.
+constexpr uint32_t kBwdBarDqFull = 2;
+constexpr uint32_t kBwdBarDqEmpty = 3;
+constexpr uint32_t kBwdDqBarrierThreads = kBwdConsumerThreads + 32;
+// Deterministic mode with the consumers' own dQ adds (hd256): both consumer warpgroups, twice per
+// step, around the adds (dq_tile_wait, dq_tile_signal).
+constexpr uint32_t kBwdBarDq = 4;
+
+}  // namespace fa4::hopper

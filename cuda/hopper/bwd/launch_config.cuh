@@ -1,0 +1,142 @@
+// launch_bwd_config<Cfg> (declared in launch.h): one named configuration's preprocess, main kernel
+// and postprocess on one stream. Included by the instantiation files bwd/hd64.cu, hd128.cu and
+// hd256.cu only.
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "hopper/bwd/args.cuh"
+#include "hopper/bwd/config.cuh"
+#include "hopper/bwd/kernel.cuh"
+#include "hopper/bwd/kernel_kv80.cuh"
+#include "hopper/bwd/launch.h"
+#include "hopper/bwd/prepost.cuh"
+#include "hopper/common/tensor_map.h"
+
+namespace fa4::hopper {
+
+template <class T, class Cfg, bool Causal>
+std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
+                               const BwdSchedule& schedule) {
+  constexpr int D = Cfg::head_dim();
+  const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+  const int64_t pad = bwd_seq_q_pad(p.seq_q);
+  cudaError_t e;
+  auto fail = [](const char* what, cudaError_t err) {
+    return std::string("backward ") + what + " failed: " + cudaGetErrorString(err);
+  };
+  // The main kernel's tiles: key blocks x (batch, kv head) pairs.
+  const int64_t n_blocks = (p.seq_k + Cfg::block_n() - 1) / Cfg::block_n();
+  const int64_t pairs = p.heads_kv * p.batch;
+  if (Cfg::persistent() && p.deterministic) return "backward: the persistent kernel has no deterministic mode";
+  if (Cfg::persistent() && n_blocks * pairs > INT32_MAX) return "backward: too many tiles for the persistent kernel";
+
+  // The dq semaphores and the tile counter (they follow dq_accum, workspace.h) are zeroed before
+  // the preprocess; the preprocess zeroes dq_accum itself.
+  const size_t sem_bytes = (size_t(p.batch) * p.heads_q * (pad / kBwdSemRows) + kBwdCounterInts) * sizeof(int);
+  if ((e = cudaMemsetAsync(ws.dq_sem, 0, sem_bytes, stream)) != cudaSuccess) return fail("dq_sem memset", e);
+  constexpr int kPreRows = 256 / (D / 8);
+  bwd_preprocess<T, D><<<dim3(unsigned(pad / kPreRows), unsigned(p.heads_q), unsigned(p.batch)), 256, 0, stream>>>(
+      static_cast<const T*>(p.o), static_cast<const T*>(p.d_o), p.lse, p.dlse, ws.lse2, ws.delta, ws.dq_accum,
+      int(p.seq_q), int(pad), int(p.heads_q), 0);
+  if ((e = cudaGetLastError()) != cudaSuccess) return fail("preprocess launch", e);
+
+  if (p.seq_k > 0) {
+    CUtensorMap tq, tk, tv, tdo;
+    std::string err;
+    if (!(err = make_bshd_tensor_map(&tq, p.q, bf16, p.batch, p.seq_q, p.heads_q, D, Cfg::block_m())).empty()) return err;
+    if (!(err = make_bshd_tensor_map(&tk, p.k, bf16, p.batch, p.seq_k, p.heads_kv, D, Cfg::block_n())).empty()) return err;
+    if (!(err = make_bshd_tensor_map(&tv, p.v, bf16, p.batch, p.seq_k, p.heads_kv, D, Cfg::block_n())).empty()) return err;
+    if (!(err = make_bshd_tensor_map(&tdo, p.d_o, bf16, p.batch, p.seq_q, p.heads_q, D, Cfg::block_m())).empty()) return err;
+
+    BwdArgs args;
+    args.dq_accum = ws.dq_accum;
+    args.dq_sem = ws.dq_sem;
+    args.tile_counter = ws.tile_counter;
+    args.lse2 = ws.lse2;
+    args.delta = ws.delta;
+    args.dk = p.dk;
+    args.dv = p.dv;
+    args.seq_q = int(p.seq_q);
+    args.seq_k = int(p.seq_k);
+    args.seq_q_pad = int(pad);
+    args.heads_q = int(p.heads_q);
+    args.heads_kv = int(p.heads_kv);
+    args.group = int(p.heads_q / p.heads_kv);
+    args.softmax_scale = p.softmax_scale;
+    args.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+    args.deterministic = p.deterministic;
+    args.pdl = 0;
+    args.lpt_section = 0;
+    args.n_blocks = int(n_blocks);
+    args.batch = int(p.batch);
+
+    if constexpr (Cfg::persistent()) {
+      args.lpt_section = schedule.lpt_section;
+      static int sm_count = 0;
+      if (sm_count == 0) {
+        int dev = 0;
+        if ((e = cudaGetDevice(&dev)) != cudaSuccess) return fail("cudaGetDevice", e);
+        if ((e = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+          return fail("cudaDeviceGetAttribute", e);
+      }
+      auto kernel = bwd_kernel_persistent<T, Cfg, Causal>;
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
+      if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
+      int64_t ctas = std::min<int64_t>(n_blocks * pairs, sm_count);
+      if (schedule.max_ctas > 0) ctas = std::min<int64_t>(ctas, schedule.max_ctas);
+      kernel<<<unsigned(ctas), Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, tdo, args);
+    } else {
+      // Key blocks in index order: under a causal mask block 0 sees the most queries, so the
+      // longest CTAs start first. Deterministic mode relies on the dispatch order (grid x, the
+      // fastest-varying): a CTA waits only on CTAs of lower blockIdx.x, dispatched before it
+      // (causal deterministic maps blockIdx.x to key blocks last-first: BwdGridScheduler), so it
+      // keeps this grid.
+      dim3 grid(unsigned(n_blocks), unsigned(p.heads_kv), unsigned(p.batch));
+      if (schedule.lpt_section > 0 && !p.deterministic && n_blocks * pairs <= INT32_MAX) {
+        args.lpt_section = schedule.lpt_section;
+        grid = dim3(unsigned(n_blocks * pairs), 1, 1);
+      }
+      auto kernel = [] {
+        if constexpr (Cfg::kv80()) {
+          return bwd_kernel_kv80<T, Cfg, Causal>;
+        } else {
+          return bwd_kernel<T, Cfg, Causal>;
+        }
+      }();
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
+      if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
+      kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, tdo, args);
+    }
+    if ((e = cudaGetLastError()) != cudaSuccess) return fail("main kernel launch", e);
+  }
+
+  const unsigned blocks_x = unsigned((p.seq_q * (D / 8) + 255) / 256);
+  bwd_postprocess<T, D, Cfg><<<dim3(blocks_x, unsigned(p.heads_q), unsigned(p.batch)), 256, 0, stream>>>(
+      ws.dq_accum, static_cast<T*>(p.dq), p.softmax_scale, int(p.seq_q), int(pad), int(p.heads_q), 0);
+  if ((e = cudaGetLastError()) != cudaSuccess) return fail("postprocess launch", e);
+  return {};
+}
+
+template <class Cfg>
+std::string launch_bwd_config(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
+                              const BwdSchedule& schedule) {
+  bool done = false;
+  std::string err = bwd_check_launch(p, ws, stream, Cfg::head_dim(), &done);
+  if (!err.empty() || done) return err;
+  if (p.dtype == Dtype::kBf16) {
+    return p.causal ? launch_bwd_kernels<__nv_bfloat16, Cfg, true>(p, ws, stream, schedule)
+                    : launch_bwd_kernels<__nv_bfloat16, Cfg, false>(p, ws, stream, schedule);
+  }
+  return p.causal ? launch_bwd_kernels<__half, Cfg, true>(p, ws, stream, schedule)
+                  : launch_bwd_kernels<__half, Cfg, false>(p, ws, stream, schedule);
+}
+
+}  // namespace fa4::hopper

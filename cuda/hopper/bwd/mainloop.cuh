@@ -1,0 +1,328 @@
+// The consumer warpgroups' main loop of the hd64 / hd128 backward (config.cuh says who owns what):
+// the wgmma products of one step, P^T and dS^T, and the pipelined loop over a tile's steps.
+//
+// Working with transposed scores (S^T rather than S, FA3's SdP_swapAB) makes P^T and dS^T come
+// out of the wgmma in the accumulator layout of the A operand of dV/dK, so they never leave the
+// registers for those two products; dQ needs dS with keys as the reduction dimension, which is
+// exactly dS^T stored row by row (an MN-major A operand), so no transpose is ever done.
+#pragma once
+#include <cstdint>
+
+#include "hopper/bwd/args.cuh"
+#include "hopper/bwd/dq_writer.cuh"
+#include "hopper/bwd/scheduler.cuh"
+#include "hopper/common/numeric.cuh"
+#include "hopper/common/pipeline.cuh"
+#include "hopper/ptx/barrier.cuh"
+#include "hopper/ptx/mbarrier.cuh"
+#include "hopper/ptx/stmatrix.cuh"
+#include "hopper/ptx/wgmma.cuh"
+#include "hopper/ptx/wgmma_mma.cuh"
+
+namespace fa4::hopper {
+
+// Acc^T (64 key rows x N query columns) = X Y^T over the head dim, X = K or V rows [64r, 64r+64)
+// (K-major, block_n-row chunks), Y = this step's Q or dO columns [col0, col0 + N) (K-major,
+// block_m-row chunks). Caller fences and commits.
+template <class T, class Cfg, int N>
+__device__ __forceinline__ void issue_transposed_scores(float (&acc)[N / 2], const uint8_t* x_tile, int r,
+                                                        const uint8_t* y_tile, int col0) {
+  using Tag = typename WgmmaTag<T>::type;
+#pragma unroll
+  for (int kk = 0; kk < Cfg::head_dim() / 16; ++kk) {
+    const int chunk = kk / 4;
+    const uint32_t within = (kk % 4) * 32;  // 16 elements = 32 bytes inside a swizzle row
+    const auto a = MmaSmemDescriptor::sw128(x_tile + chunk * Cfg::chunk_bytes_kv() + r * 64 * 128, 0)
+                       .plus_bytes(within);
+    const auto b = MmaSmemDescriptor::sw128(y_tile + chunk * Cfg::chunk_bytes_q() + col0 * 128, 0)
+                       .plus_bytes(within);
+    WgmmaSS<Tag, N>::template mma<0, 0>(acc, a.bits, b.bits, kk > 0 ? 1u : 0u);
+  }
+}
+
+// Acc (64 key rows x dkv_cols) += A (64 key rows x block_m queries, from registers: P^T or dS^T
+// in the accumulator layout) * Y (block_m queries x head-dim columns [col0, ...), MN-major:
+// dO or Q). Caller fences and commits.
+template <class T, class Cfg>
+__device__ __forceinline__ void issue_dkv_rs(float (&acc)[Cfg::dkv_cols() / 2],
+                                             const uint32_t (&a)[Cfg::block_m() / 4], const uint8_t* y_tile,
+                                             int col0) {
+  using Tag = typename WgmmaTag<T>::type;
+  const auto b = MmaSmemDescriptor::sw128(y_tile + (col0 / 64) * Cfg::chunk_bytes_q(), Cfg::chunk_bytes_q());
+#pragma unroll
+  for (int kk = 0; kk < Cfg::block_m() / 16; ++kk) {
+    const uint32_t frag[4] = {a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3]};
+    WgmmaRS<Tag, Cfg::dkv_cols()>::mma(acc, frag, b.plus_bytes(kk * 16 * 128).bits, 1u);
+  }
+}
+
+// dQ piece (64 queries [64 qs, ...) x N head-dim columns [col0, ...)) = dS K over the
+// block's keys. A = dS: the dS^T tile's chunk qs read MN-major (queries contiguous, keys are
+// rows); B = K read MN-major (head-dim columns contiguous, keys are rows). Caller fences, commits.
+template <class T, class Cfg, int N>
+__device__ __forceinline__ void issue_dq(float (&acc)[N / 2], const uint8_t* ds_tile, int qs,
+                                         const uint8_t* k_tile, int col0) {
+  using Tag = typename WgmmaTag<T>::type;
+  const auto a = MmaSmemDescriptor::sw128(ds_tile + qs * Cfg::chunk_bytes_kv(), Cfg::chunk_bytes_kv());
+  const auto b = MmaSmemDescriptor::sw128(k_tile + (col0 / 64) * Cfg::chunk_bytes_kv(), Cfg::chunk_bytes_kv());
+#pragma unroll
+  for (int kk = 0; kk < Cfg::block_n() / 16; ++kk) {
+    WgmmaSS<Tag, N>::template mma<1, 1>(acc, a.plus_bytes(kk * 16 * 128).bits, b.plus_bytes(kk * 16 * 128).bits,
+                                        kk > 0 ? 1u : 0u);
+  }
+}
+
+// Writes a 64 x N accumulator-layout tile of packed pairs (rows [64r, ...), columns [col0, ...))
+// into a dS^T buffer (block_n rows, 64-column chunks, 128B swizzle) with stmatrix (4 x 8 x 8 b16
+// per instruction). Matrix m of the x4 = fragment (i = m % 2, j + m / 2): lane l addresses row
+// l % 8 of matrix l / 8.
+template <class Cfg, int N>
+__device__ __forceinline__ void store_pds(uint8_t* tile, const uint32_t (&v)[N / 4], int r, int col0, int warp,
+                                          int lane) {
+  const int m = lane / 8;
+  const int row = 64 * r + 16 * warp + lane % 8 + 8 * (m % 2);
+  const uint32_t base = smem_addr(tile);
+#pragma unroll
+  for (int j = 0; j < N / 8; j += 2) {
+    const int col = col0 + 8 * (j + m / 2);
+    stmatrix_x4(base + sw128_offset(row, col, Cfg::chunk_bytes_kv()), v[2 * j], v[2 * j + 1], v[2 * j + 2],
+                v[2 * j + 3]);
+  }
+}
+
+// Writes a 64 x dkv_cols accumulator (rows [n0 + 64r, ...) of one kv head, columns [col0, ...))
+// times `scale` to [batch, seq_k, heads_kv, head_dim]; rows past seq_k are dropped.
+template <class T, class Cfg>
+__device__ __forceinline__ void store_dkv(void* out, const float (&acc)[Cfg::dkv_cols() / 2], float scale,
+                                          const BwdArgs& args, int n0, int r, int col0, int kv_head, int batch,
+                                          int warp, int lane) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = n0 + 64 * r + 16 * warp + lane / 4 + 8 * i;
+    if (row >= args.seq_k) continue;
+    T* dst = static_cast<T*>(out) +
+             ((int64_t(batch) * args.seq_k + row) * args.heads_kv + kv_head) * Cfg::head_dim() + col0;
+#pragma unroll
+    for (int j = 0; j < Cfg::dkv_cols() / 8; ++j) {
+      const int col = 8 * j + 2 * (lane % 4);
+      *reinterpret_cast<uint32_t*>(dst + col) = pack2<T>(acc[4 * j + 2 * i] * scale, acc[4 * j + 2 * i + 1] * scale);
+    }
+  }
+}
+
+// One step's S^T (X = K, Y = Q) or dP^T (X = V, Y = dO) slice from the ring's current stage: waits
+// for the stage's full barrier, issues and commits one wgmma group. Fenced before the issue: a
+// wait loop (and ordinary code) sits between it and the previous group. wait = false (after the
+// last step only): no barrier wait, the product of whatever the stage holds is computed and never
+// read -- so the issue is unconditional and ptxas sees the same wgmma groups in flight at every
+// loop back edge (a conditional issue made it serialize the pipeline, C7515/C7517, and spill).
+// Nothing writes that stage any more: the producer has finished.
+template <class T, class Cfg, class Ring>
+__device__ __forceinline__ void issue_st_step(float (&st)[Cfg::s_cols() / 2], Ring& q, const uint8_t* sK, int r,
+                                              int s_col0, bool wait = true) {
+  if (wait) q.wait(0);
+  wgmma_fence();
+  issue_transposed_scores<T, Cfg, Cfg::s_cols()>(st, sK, r, q.get(), s_col0);
+  wgmma_commit();
+}
+template <class T, class Cfg, class Ring>
+__device__ __forceinline__ void issue_dpt_step(float (&dpt)[Cfg::s_cols() / 2], Ring& dO, const uint8_t* sV, int r,
+                                               int s_col0, bool wait = true) {
+  if (wait) dO.wait(0);
+  wgmma_fence();  // a wait loop sits between the two groups: fence again (else ptxas injects one, C7519)
+  issue_transposed_scores<T, Cfg, Cfg::s_cols()>(dpt, sV, r, dO.get(), s_col0);
+  wgmma_commit();
+}
+
+// The softmax part of a step, on the S^T and dP^T wgmma groups in flight (waits for them in issue
+// order): P^T = 2^(S^T * scale * log2 e - lse2[query]), masked entries exactly 0, then
+// dS^T = P^T * (dP^T - delta'[query]), both packed to the input dtype for the dV / dK products.
+// query0 = this thread's first query column; lse_cols / delta_cols = its vectors in shared memory.
+template <class T, class Cfg, bool Causal, int NS>
+__device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 2], uint32_t (&pf)[NS / 4],
+                                         uint32_t (&dsf)[NS / 4], const BwdArgs& args, const float* lse_cols,
+                                         const float* delta_cols, bool need_mask, int key_row0, int query0) {
+  wgmma_wait<1>();
+  fence_regs(st);
+#pragma unroll
+  for (int j = 0; j < NS / 8; ++j) {
+    const float2 l = *reinterpret_cast<const float2*>(lse_cols + 8 * j);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float p = exp2_approx(fmaf(st[4 * j + 2 * i + e], args.scale_log2, -(e ? l.y : l.x)));
+        if (need_mask) {
+          const int key = key_row0 + 8 * i;
+          const int query = query0 + 8 * j + e;
+          if (key >= args.seq_k || (Causal && key > query + args.seq_k - args.seq_q)) p = 0.f;
+        }
+        st[4 * j + 2 * i + e] = p;
+      }
+    }
+  }
+  wgmma_wait<0>();
+  fence_regs(dpt);
+#pragma unroll
+  for (int j = 0; j < NS / 8; ++j) {
+    const float2 dl = *reinterpret_cast<const float2*>(delta_cols + 8 * j);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      dpt[4 * j + 2 * i] = st[4 * j + 2 * i] * (dpt[4 * j + 2 * i] - dl.x);
+      dpt[4 * j + 2 * i + 1] = st[4 * j + 2 * i + 1] * (dpt[4 * j + 2 * i + 1] - dl.y);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < NS / 4; ++k) {
+    pf[k] = pack2<T>(st[2 * k], st[2 * k + 1]);
+    dsf[k] = pack2<T>(dpt[2 * k], dpt[2 * k + 1]);
+  }
+}
+
+// One consumer warpgroup's work on one tile (key block n0 of kv head `kv_head`, batch `batch`).
+// The rings q / dO carry on from the previous tile (persistent kernel) or start fresh; step0 = the
+// steps this CTA did before (the dS^T buffer parity runs on across tiles); K/V are awaited on
+// kv_full with parity kv_parity; kv_empty (persistent kernel only, else null) gets this
+// warpgroup's arrival once no wgmma reads K/V any more, before the dK/dV stores. Returns the
+// number of steps done.
+//
+// Schedule. One iteration = the second half of step t and the first half of step t + 1, so that
+// no wgmma group is in flight across the loop's back edge (ptxas serializes the whole pipeline
+// when one is: C7514/C7515):
+//   B(t) = dQ(t);  C = S^T(t+1) from Q's next stage;  wait<1>: B retired;  release Q(t), dO(t);
+//   dQ(t) to the shared tile;  D = dP^T(t+1);  then scores_to_ds(t+1): wait<1>: C retired, P^T;
+//   wait<0>: D retired, dS^T; A(t+1) = dV, dK RS; dS^T store; barrier; wait<0>.
+// So S^T(t+1) and dP^T(t+1) queue behind dQ(t) while the dQ tile is written. C and D are issued
+// unconditionally (after the last step they read a stage nobody writes and are never read; the
+// mbarrier wait is skipped), so every path reaches the back edge with nothing in flight.
+template <class T, class Cfg, bool Causal, class Ring>
+__device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t* kv_full, uint32_t kv_parity,
+                                                 uint64_t* kv_empty, Ring& q, Ring& dO, int step0,
+                                                 const BwdArgs& args, int n0, int kv_head, int batch) {
+  constexpr int NS = Cfg::s_cols();
+  constexpr int BM = Cfg::block_m();
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const bool elected = tid == 0;
+  // Ownership (config.cuh): S^T / dK / dV row group r and column split s; dQ slice (qs, ds).
+  const int r = c / Cfg::col_splits();
+  const int s = c % Cfg::col_splits();
+  const int qs = c % Cfg::dq_row_slices();
+  const int ds = c / Cfg::dq_row_slices();
+  const int s_col0 = s * NS;                 // first query column of this warpgroup's S^T slice
+  const int dkv_col0 = s * Cfg::dkv_cols();  // first head-dim column of its dK / dV
+  const int dq_col0 = ds * Cfg::dq_cols();
+
+  uint8_t* sK = smem + Cfg::k_offset();
+  uint8_t* sV = smem + Cfg::v_offset();
+  uint8_t* sDS = smem + Cfg::ds_offset();
+  const float* sLse = reinterpret_cast<const float*>(smem + Cfg::lse_offset());
+  const float* sDelta = reinterpret_cast<const float*>(smem + Cfg::delta_offset());
+
+  float dk[Cfg::dkv_cols() / 2];
+  float dv[Cfg::dkv_cols() / 2];
+#pragma unroll
+  for (int i = 0; i < Cfg::dkv_cols() / 2; ++i) dk[i] = dv[i] = 0.f;
+
+  int m_begin, m_end;
+  bwd_query_blocks<Cfg, Causal>(args, n0, &m_begin, &m_end);
+  const bool any = m_end > m_begin;
+  if (any) mbarrier_wait(kv_full, kv_parity);
+
+  // This thread's first key row (the second is +8) and the offset of its first query column.
+  const int key_row0 = n0 + 64 * r + 16 * warp + lane / 4;
+  const int col_in_slice = 2 * (lane % 4);
+  const int tile_steps = any ? args.group * (m_end - m_begin) : 0;
+
+  float st[NS / 2];
+  float dpt[NS / 2];
+  auto scores_to_ds = [&](int m0, int stage, int step) {
+    const bool need_mask = n0 + Cfg::block_n() > args.seq_k ||
+                           (Causal && n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q);
+    uint32_t pf[NS / 4];
+    uint32_t dsf[NS / 4];
+    bwd_p_ds<T, Cfg, Causal, NS>(st, dpt, pf, dsf, args, sLse + stage * BM + s_col0 + col_in_slice,
+                                 sDelta + stage * BM + s_col0 + col_in_slice, need_mask, key_row0,
+                                 m0 + s_col0 + col_in_slice);
+    uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
+    // Pins dK/dV (their zeroing, in the peeled first call) before the fence: zeros sunk past
+    // wgmma_fence make ptxas inject a warpgroup.arrive (C7519). No-op in the loop.
+    fence_regs(dk);
+    fence_regs(dv);
+    wgmma_fence();
+    issue_dkv_rs<T, Cfg>(dv, pf, dO.get(), dkv_col0);
+    issue_dkv_rs<T, Cfg>(dk, dsf, q.get(), dkv_col0);
+    wgmma_commit();
+    store_pds<Cfg, NS>(ds_tile, dsf, r, s_col0, warp, lane);
+    // Generic-proxy stores -> wgmma (async proxy) reads, across both warpgroups.
+    fence_proxy_async_smem();
+    named_barrier_sync(kBwdBarPds, kBwdConsumerThreads);
+    wgmma_wait<0>();  // A retired (it had the store and the barrier to run in)
+    fence_regs(pf);
+    fence_regs(dsf);
+    fence_regs(dk);
+    fence_regs(dv);
+  };
+
+  issue_st_step<T, Cfg>(st, q, sK, r, s_col0, tile_steps > 0);
+  issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0, tile_steps > 0);
+  if (tile_steps > 0) {
+    scores_to_ds(m_begin * BM, q.pipe.stage, step0);
+  } else {
+    wgmma_wait<0>();
+  }
+  int m = m_begin;
+  // (`step` = step0 + the step inside this tile: the dS^T buffer of the step.)
+  for (int step = step0; step < step0 + tile_steps; ++step) {
+    const bool has_next = step + 1 < step0 + tile_steps;
+    uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
+
+    // Group B.
+    wgmma_fence();
+    float dq[Cfg::dq_cols() / 2];
+    issue_dq<T, Cfg, Cfg::dq_cols()>(dq, ds_tile, qs, sK, dq_col0);
+    wgmma_commit();
+    // Group C: the next step's S^T.
+    {
+      Ring q_next = q;
+      q_next.advance();
+      issue_st_step<T, Cfg>(st, q_next, sK, r, s_col0, has_next);
+    }
+    wgmma_wait<1>();  // B retired (groups retire in order); C may run
+    fence_regs(dq);
+
+    // Q(t), dO(t) and their vectors: every wgmma reading them (S^T, dP^T, A, B) has retired.
+    q.release(elected);
+    dO.release(elected);
+    q.advance();
+    dO.advance();
+
+    stage_dq_tile<Cfg>(dq);  // deterministic mode: the writer warp orders the adds
+
+    // Group D: the next step's dP^T (dO has advanced to its stage).
+    issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0, has_next);
+    if (++m == m_end) m = m_begin;
+    if (has_next) {
+      scores_to_ds(m * BM, q.pipe.stage, step + 1);
+    } else {
+      wgmma_wait<0>();  // the look-ahead C and D of the last step, never read
+      fence_regs(st);
+      fence_regs(dpt);
+      fence_regs(dk);  // the epilogue reads them: not before this wait
+      fence_regs(dv);
+    }
+  }
+
+  // Persistent: no wgmma of this warpgroup reads K/V any more (every path above ends in a
+  // wait<0>), so the producer may load the next tile's while the dK/dV stores run.
+  if (kv_empty != nullptr && any && elected) mbarrier_arrive(kv_empty);
+
+  // Epilogue: dK = softmax_scale * dS^T Q summed over the group, dV = P^T dO; rows past seq_k
+  // dropped. A key block no query sees (possible only with seq_q == 0) writes zeros.
+  store_dkv<T, Cfg>(args.dk, dk, args.softmax_scale, args, n0, r, dkv_col0, kv_head, batch, warp, lane);
+  store_dkv<T, Cfg>(args.dv, dv, 1.f, args, n0, r, dkv_col0, kv_head, batch, warp, lane);
+  return tile_steps;
+}
+
+}  // namespace fa4::hopper

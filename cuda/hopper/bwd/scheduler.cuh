@@ -1,0 +1,120 @@
+// The backward's tile schedulers: which (key block, kv head, batch) tile a CTA works on.
+//
+//   BwdGridScheduler        one CTA per tile. lpt_section == 0: grid (key blocks, kv heads,
+//                           batch). Else a 1-D grid in the sectioned longest-first order (below).
+//                           Deterministic causal runs the key blocks last-first.
+//   BwdPersistentScheduler  min(tiles, SMs) CTAs loop over tile ids: blockIdx.x first, then
+//                           (*args.tile_counter)++ + gridDim.x until >= tiles; the loader thread
+//                           publishes each id to the CTA's other readers through two shared slots.
+//
+// Sectioned longest-first order (FA3's LPT idea): the (batch, kv head) pairs hb = batch *
+// heads_kv + kv_head are cut into sections of lpt_section consecutive pairs (the last may be
+// shorter), sections in order, and inside a section key block n major, pair minor: every pair's
+// block 0 (under a causal mask the longest: it sees every query block) first, the last-dispatched
+// tiles the shortest. A section covers the pairs whose Q, dO and dq_accum rows fit the L2 share
+// the heuristics chose (heuristics.h).
+#pragma once
+#include <cstdint>
+
+#include "hopper/bwd/args.cuh"
+#include "hopper/common/mask.cuh"
+#include "hopper/ptx/mbarrier.cuh"
+
+namespace fa4::hopper {
+
+// The query blocks of a tile's steps: from the mask policy's first query block that sees key n0
+// (causal: the earlier ones see none of the tile's keys) to the last block of seq_q.
+template <class Cfg, bool Causal>
+__device__ __forceinline__ void bwd_query_blocks(const BwdArgs& args, int n0, int* m_begin, int* m_end) {
+  *m_end = (args.seq_q + Cfg::block_m() - 1) / Cfg::block_m();
+  *m_begin = AttentionMask<Causal>{args.seq_q, args.seq_k}.query_block_begin(n0, Cfg::block_m());
+}
+
+// The sectioned longest-first order: tile id -> key block and (batch, kv head) pair.
+__device__ __forceinline__ void bwd_lpt_coords(const BwdArgs& args, int id, int* n_block, int* hb) {
+  const int pairs = args.heads_kv * args.batch;
+  const int per_section = args.lpt_section * args.n_blocks;
+  const int section = id / per_section;
+  const int rem = id - section * per_section;
+  const int first = section * args.lpt_section;
+  const int width = min(args.lpt_section, pairs - first);
+  *hb = first + rem % width;
+  *n_block = rem / width;
+}
+
+template <bool Causal>
+struct BwdGridScheduler {
+  // The CTA's (key block, kv head, batch).
+  __device__ static __forceinline__ void tile(const BwdArgs& args, int* n_block, int* kv_head, int* batch) {
+    if (args.lpt_section == 0) {
+      *n_block = blockIdx.x;
+      *kv_head = blockIdx.y;
+      *batch = blockIdx.z;
+    } else {
+      int hb;
+      bwd_lpt_coords(args, blockIdx.x, n_block, &hb);
+      *batch = hb / args.heads_kv;
+      *kv_head = hb - *batch * args.heads_kv;
+    }
+    // Deterministic causal: key blocks last-first (the launch keeps grid x = key block), so that
+    // every CTA one waits on (those before it in a query block's order, bwd_dq_rank) was
+    // dispatched earlier.
+    if (Causal && args.deterministic) *n_block = int(gridDim.x) - 1 - int(blockIdx.x);
+  }
+};
+
+struct BwdPersistentScheduler {
+  // Threads that read each published tile id: the two consumer warpgroups and the dQ writer warp.
+  static constexpr uint32_t kReaders = kBwdConsumerThreads + 32;
+
+  // Tile id -> (key block, kv head, batch). lpt_section == 0: key block fastest; else the
+  // sectioned longest-first order, written out here rather than through bwd_lpt_coords (the call
+  // reorders the persistent kernel's generated code).
+  __device__ static __forceinline__ void tile_coords(const BwdArgs& args, int id, int* n_block, int* kv_head,
+                                                     int* batch) {
+    int hb;
+    if (args.lpt_section == 0) {
+      hb = id / args.n_blocks;
+      *n_block = id - hb * args.n_blocks;
+    } else {
+      const int pairs = args.heads_kv * args.batch;
+      const int per_section = args.lpt_section * args.n_blocks;
+      const int section = id / per_section;
+      const int rem = id - section * per_section;
+      const int first = section * args.lpt_section;
+      const int width = min(args.lpt_section, pairs - first);
+      hb = first + rem % width;
+      *n_block = rem / width;
+    }
+    *batch = hb / args.heads_kv;
+    *kv_head = hb - *batch * args.heads_kv;
+  }
+
+  // Reader side: the id of iteration `it` (after its tile_full wait); frees the slot: every
+  // reading thread arrives on tile_empty[it % 2] (count kReaders), which the loader waits for
+  // before it writes the slot again for iteration it + 2.
+  __device__ static __forceinline__ int read_tile_id(const int* ids, uint64_t* tile_empty, int it) {
+    const int id = *reinterpret_cast<const volatile int*>(ids + (it & 1));
+    mbarrier_arrive(&tile_empty[it & 1]);
+    return id;
+  }
+
+  // Loader side: publishes iteration it's id (valid = false: -1, no more tiles) in slot it % 2.
+  // The slot was read by every reader for iteration it - 2 (fresh-barrier parity trick for
+  // it < 2). Without this wait a writer warp that lags could miss an id when tiles are 1-2 steps
+  // long.
+  __device__ static __forceinline__ void publish(int* ids, uint64_t* tile_full, uint64_t* tile_empty, int it,
+                                                 bool valid, int id) {
+    mbarrier_wait(&tile_empty[it & 1], ((it >> 1) & 1) ^ 1);
+    *reinterpret_cast<volatile int*>(ids + (it & 1)) = valid ? id : -1;
+    mbarrier_arrive(&tile_full[it & 1]);  // release: the id store is visible to the waiters
+  }
+
+  // The loader's next tile id (the counter lives in the call's workspace, zeroed before the main
+  // kernel with the semaphores, so concurrent backward calls on two streams cannot share it).
+  __device__ static __forceinline__ int next_tile(const BwdArgs& args) {
+    return atomicAdd(args.tile_counter, 1) + int(gridDim.x);
+  }
+};
+
+}  // namespace fa4::hopper
