@@ -29,7 +29,7 @@ nb::dict Registrations() {
 #ifdef JAX_FA4_WITH_CUDA
   cuda["jax_fa4_fwd_cuda"] = EncapsulateFfiHandler(Fa4FwdCuda);
   // The backward's float32 workspace is a 4th (uint8) result of the custom call, not XLA's FFI
-  // ScratchAllocator: that allocator refused even 34 KB on the H200 (NOTES.md, bwd log).
+  // ScratchAllocator: that allocator refused even 34 KB on the H200.
   cuda["jax_fa4_bwd_cuda"] = EncapsulateFfiHandler(Fa4BwdCuda);
 #endif
   nb::dict out;

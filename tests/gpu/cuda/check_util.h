@@ -49,7 +49,7 @@ static inline float from_bits(uint16_t b, bool bf16) {
 // Timing warm-up: launches `launch` (returns "" or an error message) back to back, synchronising
 // after each, for `ms` milliseconds, untimed. The harnesses generate ~1 s of random inputs on the
 // host between timed cells; the GPU idles meanwhile and the first row timed after that read up to
-// 10% high (session 4), which a palindromic order does not cancel. Exit code 3 on a launch error.
+// 10% high, which a palindromic order does not cancel. Exit code 3 on a launch error.
 template <class Launch>
 static inline void warm_up(Launch&& launch, int ms = 300) {
   const auto t0 = std::chrono::steady_clock::now();
