@@ -17,9 +17,6 @@ struct BwdArgs {
   float scale_log2;    // softmax_scale * log2(e)
   float softmax_scale;
   bool deterministic;  // order the dQ adds of each query block by key block (bitwise repeatable dq)
-  // pdl = launched as a programmatic dependent of the preprocess (griddepcontrol.wait before
-  // touching lse2 / delta / dq_accum); the library launches with 0.
-  int pdl;
   // The scheduler's parameters (scheduler.cuh): lpt_section > 0 = tiles in the sectioned
   // longest-first order, lpt_section (batch, kv head) pairs per section; n_blocks key blocks.
   int lpt_section;
@@ -27,13 +24,6 @@ struct BwdArgs {
   int batch;
   int* tile_counter;   // the persistent kernel's tile counter (workspace, zeroed with dq_sem)
 };
-
-// PTX griddepcontrol (sm_90): wait until the prerequisite grid has completed and its memory is
-// visible / let the dependent grid be scheduled. Only reached when args.pdl is set.
-__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void griddep_launch_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
 
 // Named barrier ids (0 is __syncthreads): both consumer warpgroups, once per step, after dS^T
 // (and at hd256 P^T) is in shared memory.

@@ -73,9 +73,6 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     fence_mbarrier_init();
   }
   __syncthreads();
-  // PDL: every CTA of this grid has started, so the postprocess may be scheduled (it waits for
-  // this grid's completion in griddep_wait before reading dq_accum).
-  if (args.pdl) griddep_launch_dependents();
 
   if (wg == 0) {
     setmaxnreg_dec<Cfg::producer_regs()>();
@@ -86,19 +83,15 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
       // a register live through it, and at 24 registers that spilled.)
       if (m_end > m_begin) {
         bwd_load_kv<Cfg>(smem, kv_full, &tm_k, &tm_v, n0, kv_head, batch);
-        // PDL: K and V (inputs) are already on their way; lse2 / delta' come from the preprocess.
-        if (args.pdl) griddep_wait();
         StagedPipeline<Cfg::q_stages(), 1> q_ring{q_bars};
         StagedPipeline<Cfg::q_stages(), 1> do_ring{do_bars};
         bwd_load_rows<Cfg>(q_ring, do_ring, smem, &tm_q, &tm_do, args, kv_head, batch, m_begin, m_end);
       }
     } else if (threadIdx.x / 32 == 1) {
-      if (args.pdl) griddep_wait();  // dq_accum is zeroed by the preprocess
       bwd_dq_writer<Cfg, Causal>(smem, args, n0, kv_head, batch, threadIdx.x % 32);
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
-    if (args.pdl) griddep_wait();
     using Ring = TmaConsumerPipeline<T, typename Cfg::RowRing, false>;
     Ring q(q_bars, smem + Cfg::q_offset());
     Ring dO(do_bars, smem + Cfg::do_offset());
@@ -156,7 +149,6 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     fence_mbarrier_init();
   }
   __syncthreads();
-  if (args.pdl) griddep_launch_dependents();
 
   if (wg == 0) {
     setmaxnreg_dec<Cfg::producer_regs()>();
@@ -177,21 +169,17 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
         if (m_end > m_begin) {
           mbarrier_wait(kv_empty, (loads & 1) ^ 1);  // the previous tile's K/V no longer read
           bwd_load_kv<Cfg>(smem, kv_full, &tm_k, &tm_v, n0, kv_head, batch);
-          if (loads == 0 && args.pdl) griddep_wait();
           ++loads;
           bwd_load_rows<Cfg>(q_ring, do_ring, smem, &tm_q, &tm_do, args, kv_head, batch, m_begin, m_end);
         }
-        // (No griddepcontrol.wait needed: the counter's memset precedes the preprocess.)
         id = Sched::next_tile(args);
       }
     } else if (threadIdx.x / 32 == 1) {
-      if (args.pdl) griddep_wait();
       bwd_dq_writer_persistent<Cfg, Causal>(smem, args, tile_full, tile_empty, tile_ids,
                                             threadIdx.x % 32);
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
-    if (args.pdl) griddep_wait();
     using Ring = TmaConsumerPipeline<T, typename Cfg::RowRing, false>;
     Ring q(q_bars, smem + Cfg::q_offset());
     Ring dO(do_bars, smem + Cfg::do_offset());

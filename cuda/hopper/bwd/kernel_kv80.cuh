@@ -326,7 +326,6 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     fence_mbarrier_init();
   }
   __syncthreads();
-  if (args.pdl) griddep_launch_dependents();
 
   if (wg == 0) {
     setmaxnreg_dec<Cfg::producer_regs()>();
@@ -340,7 +339,6 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
-    if (args.pdl) griddep_wait();
     TmaConsumerPipeline<T, typename Cfg::RowRing, false> q(q_bars, smem + Cfg::q_offset());
     TmaConsumerPipeline<T, typename Cfg::DoRing, false> dO(do_bars, smem + Cfg::do_offset());
     kv80_consumer<T, Cfg, Causal>(wg - 1, smem, kv_full, q, dO, args, n0, kv_head, batch);

@@ -45,7 +45,7 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
   constexpr int kPreRows = 256 / (D / 8);
   bwd_preprocess<T, D><<<dim3(unsigned(pad / kPreRows), unsigned(p.heads_q), unsigned(p.batch)), 256, 0, stream>>>(
       static_cast<const T*>(p.o), static_cast<const T*>(p.d_o), p.lse, p.dlse, ws.lse2, ws.delta, ws.dq_accum,
-      int(p.seq_q), int(pad), int(p.heads_q), 0);
+      int(p.seq_q), int(pad), int(p.heads_q));
   if ((e = cudaGetLastError()) != cudaSuccess) return fail("preprocess launch", e);
 
   if (p.seq_k > 0) {
@@ -73,7 +73,6 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
     args.softmax_scale = p.softmax_scale;
     args.scale_log2 = p.softmax_scale * 1.4426950408889634f;
     args.deterministic = p.deterministic;
-    args.pdl = 0;
     args.lpt_section = 0;
     args.n_blocks = int(n_blocks);
     args.batch = int(p.batch);
@@ -120,7 +119,7 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
 
   const unsigned blocks_x = unsigned((p.seq_q * (D / 8) + 255) / 256);
   bwd_postprocess<T, D, Cfg><<<dim3(blocks_x, unsigned(p.heads_q), unsigned(p.batch)), 256, 0, stream>>>(
-      ws.dq_accum, static_cast<T*>(p.dq), p.softmax_scale, int(p.seq_q), int(pad), int(p.heads_q), 0);
+      ws.dq_accum, static_cast<T*>(p.dq), p.softmax_scale, int(p.seq_q), int(pad), int(p.heads_q));
   if ((e = cudaGetLastError()) != cudaSuccess) return fail("postprocess launch", e);
   return {};
 }

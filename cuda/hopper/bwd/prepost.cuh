@@ -20,17 +20,15 @@ namespace fa4::hopper {
 
 // Grid (seq_q_pad / rows per block, heads_q, batch), HeadDim / 8 threads per row (16-byte loads of
 // O and dO, two 16-byte zero stores of the row's dq_accum floats: any tile order of dq_accum covers
-// the same rows), several rows per warp at hd64/hd128. pdl: lets the main kernel be scheduled at
-// once (it waits in griddep_wait for this grid to complete before reading what it writes).
+// the same rows), several rows per warp at hd64/hd128.
 template <class T, int HeadDim>
 __global__ void __launch_bounds__(256) bwd_preprocess(const T* o, const T* d_o, const float* lse, const float* dlse,
                                                       float* lse2, float* delta, float* dq_accum, int seq_q,
-                                                      int seq_q_pad, int heads_q, int pdl) {
+                                                      int seq_q_pad, int heads_q) {
   constexpr int kVec = 8;
   constexpr int kLanes = HeadDim / kVec;  // threads per row: 8, 16, 32
   constexpr int kRowsPerBlock = 256 / kLanes;
   static_assert(kLanes <= 32 && 128 % kRowsPerBlock == 0, "rows of one warp; blocks tile seq_q_pad");
-  if (pdl) griddep_launch_dependents();
   const int head = blockIdx.y;
   const int b = blockIdx.z;
   const int i = int(blockIdx.x) * kRowsPerBlock + int(threadIdx.x) / kLanes;  // < seq_q_pad
@@ -89,13 +87,11 @@ __device__ __forceinline__ void load_dq8(const float* dq_accum, int64_t bh, int 
 }
 
 // dq[b, i, h, :] = softmax_scale * dq_accum[b, h, i, :], 8 elements per thread; (head, batch) from
-// the grid (y, z), so only power-of-two divisions. pdl: launched as a dependent of the main
-// kernel; waits for it here.
+// the grid (y, z), so only power-of-two divisions.
 template <class T, int HeadDim, class Cfg>
 __global__ void __launch_bounds__(256) bwd_postprocess(const float* dq_accum, T* dq, float scale, int seq_q,
-                                                       int seq_q_pad, int heads_q, int pdl) {
+                                                       int seq_q_pad, int heads_q) {
   constexpr int kVec = 8;
-  if (pdl) griddep_wait();
   const int64_t idx = int64_t(blockIdx.x) * 256 + threadIdx.x;  // over seq_q * HeadDim / 8
   if (idx >= int64_t(seq_q) * (HeadDim / kVec)) return;
   const int head = blockIdx.y;

@@ -78,8 +78,6 @@ __device__ __forceinline__ void bwd_load_tile(uint8_t* smem, uint64_t* kv_full,
                                               const BwdArgs& args, int n0, int kv_head, int batch, int m_begin,
                                               int m_end) {
   bwd_load_kv<Cfg>(smem, kv_full, tm_k, tm_v, n0, kv_head, batch);
-  // PDL: K and V (inputs) are already on their way; lse2 / delta' come from the preprocess.
-  if (args.pdl) griddep_wait();
   StagedPipeline<QStages, 1> q_ring{q_bars};
   StagedPipeline<DoStages, 1> do_ring{do_bars};
   float* sLse = reinterpret_cast<float*>(smem + Cfg::lse_offset());
