@@ -65,13 +65,13 @@ if has harness; then
     local log=$1 label=$2; shift 2
     echo "== $label: $*" >> $log
     timeout "$(cap 90 150)" "$@" >> $log 2>&1
-    stamp "$label rc=$? $(grep 'cases passed' $log | tail -1)"
+    stamp "$label rc=$? $(grep -E '(cases|runs) passed' $log | tail -1)"
   }
   run_h $F "fwd harness: library + every configuration" $H/fwd_check
   run_h $F "fwd harness: persistent, 3 CTAs" $H/fwd_check --configs "hd64 persistent,hd128 persistent" --max-ctas 3
   run_h $F "fwd harness: persistent, 5 CTAs, one-pair sections" $H/fwd_check --configs "hd64 persistent,hd128 persistent" --max-ctas 5 --section 1
   run_h $B "bwd harness: library + every configuration" $H/bwd_check ${BWD_CHECK_ARGS:-}
-  run_h $B "bwd harness: persistent, 3 CTAs" $H/bwd_check --configs "hd128 persistent" --max-ctas 3
+  run_h $B "bwd harness: persistent, 3 CTAs" $H/bwd_check --config "hd128 persistent" --hd 128 --max-ctas 3
   grep -hE "^FAIL" $F $B | head -10 | tee -a "$S"
 fi
 

@@ -35,6 +35,44 @@
 
 namespace fa4::hopper {
 
+// The CTA's shared memory, carved as the configuration lays it out (fwd/config.cuh): Q, the K and
+// V rings, (persistent) the O buffer, then the barriers.
+template <class T, class Cfg>
+struct FwdSharedMemory {
+  using KCons = TmaConsumerPipeline<T, Cfg, true>;
+  using VCons = TmaConsumerPipeline<T, Cfg, false>;
+  uint8_t* sQ;
+  uint8_t* sK;
+  uint8_t* sV;
+  uint8_t* sO;  // the persistent kernel's O buffer (the one-tile kernel stages O in sQ)
+  uint64_t* q_full;
+  typename KCons::Staged::Barriers* k_bars;
+  typename VCons::Staged::Barriers* v_bars;
+  uint64_t* q_empty;  // persistent only
+
+  __device__ __forceinline__ explicit FwdSharedMemory(uint8_t* smem_raw) {
+    // The dynamic smem base is only 16-byte aligned; swizzle atoms need 1024.
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    sQ = smem + Cfg::q_offset();
+    sK = smem + Cfg::k_offset();
+    sV = smem + Cfg::v_offset();
+    sO = smem + Cfg::o_offset();
+    q_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
+    k_bars = reinterpret_cast<typename KCons::Staged::Barriers*>(q_full + 1);
+    v_bars = reinterpret_cast<typename VCons::Staged::Barriers*>(k_bars + 1);
+    q_empty = reinterpret_cast<uint64_t*>(v_bars + 1);
+  }
+
+  // One thread, before the CTA-wide barrier that precedes any use.
+  __device__ __forceinline__ void init_barriers() const {
+    mbarrier_init(q_full, 1);
+    if constexpr (Cfg::persistent()) mbarrier_init(q_empty, Cfg::consumer_warpgroups());
+    KCons::Staged::init(k_bars, Cfg::consumer_warpgroups());
+    VCons::Staged::init(v_bars, Cfg::consumer_warpgroups());
+    fence_mbarrier_init();
+  }
+};
+
 template <class T, class Cfg, bool Causal>
 __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, uint8_t* sV, uint64_t* q_full,
                                              typename TmaConsumerPipeline<T, Cfg, true>::Staged::Barriers* k_bars,
@@ -96,16 +134,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
                const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                const FwdArgs args) {
   static_assert(!Cfg::persistent(), "fwd_kernel runs one tile per CTA");
-  using KCons = TmaConsumerPipeline<T, Cfg, true>;
-  using VCons = TmaConsumerPipeline<T, Cfg, false>;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  uint8_t* sQ = smem + Cfg::q_offset();
-  uint8_t* sK = smem + Cfg::k_offset();
-  uint8_t* sV = smem + Cfg::v_offset();
-  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
-  auto* k_bars = reinterpret_cast<typename KCons::Staged::Barriers*>(q_full + 1);
-  auto* v_bars = reinterpret_cast<typename VCons::Staged::Barriers*>(k_bars + 1);
+  const FwdSharedMemory<T, Cfg> sm(smem_raw);
 
   FwdTileCoord tc;
   FwdScheduler<Cfg, Causal>(args).tile(0, tc);
@@ -120,10 +150,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     tma_prefetch_map(&tm_q);
     tma_prefetch_map(&tm_k);
     tma_prefetch_map(&tm_v);
-    mbarrier_init(q_full, 1);
-    KCons::Staged::init(k_bars, Cfg::consumer_warpgroups());
-    VCons::Staged::init(v_bars, Cfg::consumer_warpgroups());
-    fence_mbarrier_init();
+    sm.init_barriers();
   }
   __syncthreads();
 
@@ -132,14 +159,14 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     if (threadIdx.x == 0 && n_blocks > 0) {
       constexpr int N = Cfg::block_n();
       const int kv_head = head / args.group;
-      mbarrier_arrive_expect_tx(q_full, Cfg::q_bytes());
+      mbarrier_arrive_expect_tx(sm.q_full, Cfg::q_bytes());
 #pragma unroll
       for (int c = 0; c < Cfg::chunks(); ++c) {
-        tma_load_4d(sQ + c * Cfg::chunk_bytes_q(), &tm_q, q_full, c * 64, m0, head, batch);
+        tma_load_4d(sm.sQ + c * Cfg::chunk_bytes_q(), &tm_q, sm.q_full, c * 64, m0, head, batch);
       }
       // Consumers take K(n) then V(n+1): load in that order so neither ring stalls the other.
-      TmaProducerPipeline<T, Cfg, true> k(k_bars, sK);
-      TmaProducerPipeline<T, Cfg, false> v(v_bars, sV);
+      TmaProducerPipeline<T, Cfg, true> k(sm.k_bars, sm.sK);
+      TmaProducerPipeline<T, Cfg, false> v(sm.v_bars, sm.sV);
       int n = n_blocks - 1;
       k.load(&tm_k, n * N, kv_head, batch);
       for (; n > 0; --n) {
@@ -150,8 +177,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
-    fwd_consumer<T, Cfg, Causal>(wg - 1, sQ, sK, sV, q_full, k_bars, v_bars, &tm_o, args, mask, m0, head, batch,
-                                 n_blocks);
+    fwd_consumer<T, Cfg, Causal>(wg - 1, sm.sQ, sm.sK, sm.sV, sm.q_full, sm.k_bars, sm.v_bars, &tm_o, args, mask, m0,
+                                 head, batch, n_blocks);
   }
 }
 
@@ -237,18 +264,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                           const FwdArgs args) {
   static_assert(Cfg::persistent(), "the persistent kernel needs the persistent layout (O buffer, Q-empty barrier)");
-  using KCons = TmaConsumerPipeline<T, Cfg, true>;
-  using VCons = TmaConsumerPipeline<T, Cfg, false>;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  uint8_t* sQ = smem + Cfg::q_offset();
-  uint8_t* sK = smem + Cfg::k_offset();
-  uint8_t* sV = smem + Cfg::v_offset();
-  uint8_t* sO = smem + Cfg::o_offset();
-  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
-  auto* k_bars = reinterpret_cast<typename KCons::Staged::Barriers*>(q_full + 1);
-  auto* v_bars = reinterpret_cast<typename VCons::Staged::Barriers*>(k_bars + 1);
-  uint64_t* q_empty = reinterpret_cast<uint64_t*>(v_bars + 1);
+  const FwdSharedMemory<T, Cfg> sm(smem_raw);
   const AttentionMask<Causal> mask{args.seq_q, args.seq_k};
   const FwdScheduler<Cfg, Causal> sched(args);
   const int wg = threadIdx.x / 128;
@@ -258,11 +275,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     tma_prefetch_map(&tm_k);
     tma_prefetch_map(&tm_v);
     tma_prefetch_map(&tm_o);
-    mbarrier_init(q_full, 1);
-    mbarrier_init(q_empty, Cfg::consumer_warpgroups());
-    KCons::Staged::init(k_bars, Cfg::consumer_warpgroups());
-    VCons::Staged::init(v_bars, Cfg::consumer_warpgroups());
-    fence_mbarrier_init();
+    sm.init_barriers();
   }
   __syncthreads();
 
@@ -270,8 +283,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     setmaxnreg_dec<Cfg::producer_regs()>();
     if (threadIdx.x == 0) {
       constexpr int N = Cfg::block_n();
-      TmaProducerPipeline<T, Cfg, true> k(k_bars, sK);
-      TmaProducerPipeline<T, Cfg, false> v(v_bars, sV);
+      TmaProducerPipeline<T, Cfg, true> k(sm.k_bars, sm.sK);
+      TmaProducerPipeline<T, Cfg, false> v(sm.v_bars, sm.sV);
       uint32_t q_phase = 0;  // q_empty phases waited for so far, mod 2
       FwdTileCoord tc;
       for (int r = 0; sched.tile(r, tc); ++r) {
@@ -286,12 +299,12 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
         // every consumer warpgroup's last S of the previous tile retired (a fresh barrier passes
         // parity 1 at once, as the rings' empty barriers).
         k.load(&tm_k, n * N, kv_head, batch);
-        mbarrier_wait(q_empty, q_phase ^ 1);
+        mbarrier_wait(sm.q_empty, q_phase ^ 1);
         q_phase ^= 1;
-        mbarrier_arrive_expect_tx(q_full, Cfg::q_bytes());
+        mbarrier_arrive_expect_tx(sm.q_full, Cfg::q_bytes());
 #pragma unroll
         for (int c = 0; c < Cfg::chunks(); ++c) {
-          tma_load_4d(sQ + c * Cfg::chunk_bytes_q(), &tm_q, q_full, c * 64, m0, head, batch);
+          tma_load_4d(sm.sQ + c * Cfg::chunk_bytes_q(), &tm_q, sm.q_full, c * 64, m0, head, batch);
         }
         for (; n > 0; --n) {
           k.load(&tm_k, (n - 1) * N, kv_head, batch);
@@ -302,8 +315,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
-    fwd_consumer_persistent<T, Cfg, Causal>(wg - 1, sQ, sO, q_full, q_empty, sK, sV, k_bars, v_bars, &tm_o, args,
-                                            sched);
+    fwd_consumer_persistent<T, Cfg, Causal>(wg - 1, sm.sQ, sm.sO, sm.q_full, sm.q_empty, sm.sK, sm.sV, sm.k_bars,
+                                            sm.v_bars, &tm_o, args, sched);
   }
 }
 

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "hopper/common/mask.cuh"
+#include "hopper/common/numeric.cuh"
 #include "hopper/common/pipeline.cuh"
 #include "hopper/fwd/softmax.cuh"
 #include "hopper/ptx/barrier.cuh"
@@ -24,25 +25,10 @@
 
 namespace fa4::hopper {
 
-template <class T> struct WgmmaTag;
-template <> struct WgmmaTag<__nv_bfloat16> { using type = Bf16; };
-template <> struct WgmmaTag<__half> { using type = F16; };
-
 // Named barrier ids (0 is __syncthreads). Issue token of consumer c: kBarSched + c.
 // Epilogue barrier of consumer c (its 128 threads): kBarEpilogue + c.
 constexpr uint32_t kBarSched = 1;
 constexpr uint32_t kBarEpilogue = 8;
-
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-}
 
 // S = Q K^T for this warpgroup's 64 rows, over the head dim in k-steps of 16, waiting for each K
 // sub-stage just before its k-steps.

@@ -4,18 +4,12 @@
 // warp w = t/32, lane l. Register 4*j + 2*i + e holds row 16*w + l/4 + 8*i, column 8*j + 2*(l%4) + e.
 // So each thread owns two rows (i = 0, 1); each row is spread over the 4 lanes of a quad.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
-#include <cmath>
+#include "hopper/common/numeric.cuh"
 
 namespace fa4::hopper {
-
-// 2^x on the special-function unit (MUFU.EX2); ex2(-inf) = +0.
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 1));
