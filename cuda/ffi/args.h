@@ -131,6 +131,13 @@ inline ffi::Error check_bwd(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k, co
   return check_shape(pass, dvn, {d->batch, d->seq_k, d->heads_kv, d->head_dim_v});
 }
 
+// The Hopper launchers' problem shape (check_cuda_support has admitted the dtype).
+inline fa4::hopper::ProblemShape hopper_shape(const Dims& d, double softmax_scale, bool causal) {
+  return {d.batch, d.seq_q, d.seq_k, d.heads_q, d.heads_kv, d.head_dim,
+          d.dtype == ffi::DataType::BF16 ? fa4::hopper::Dtype::kBf16 : fa4::hopper::Dtype::kF16,
+          static_cast<float>(softmax_scale), causal};
+}
+
 // What the CPU kernels take: float32, bfloat16 or float16; head dims 1..256 (v's may differ).
 inline ffi::Error check_cpu_support(const char* pass, const Dims& d) {
   if (d.dtype != ffi::DataType::F32 && d.dtype != ffi::DataType::BF16 && d.dtype != ffi::DataType::F16)

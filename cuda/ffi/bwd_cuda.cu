@@ -43,10 +43,7 @@ ffi::Error BwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, 
   const int64_t b = d.batch, sq = d.seq_q, hq = d.heads_q;
 
   fa4::hopper::BwdProblem p{};
-  static_cast<fa4::hopper::ProblemShape&>(p) = {
-      d.batch, d.seq_q, d.seq_k, d.heads_q, d.heads_kv, d.head_dim,
-      d.dtype == ffi::DataType::BF16 ? fa4::hopper::Dtype::kBf16 : fa4::hopper::Dtype::kF16,
-      static_cast<float>(softmax_scale), causal};
+  static_cast<fa4::hopper::ProblemShape&>(p) = jax_fa4::ffi_args::hopper_shape(d, softmax_scale, causal);
   p.q = q.untyped_data();
   p.k = k.untyped_data();
   p.v = v.untyped_data();

@@ -46,17 +46,21 @@ build_harness() {
   nvcc $NVCC_FLAGS $H/fwd/*.o $H/tensor_map.o -o $H/fwd_check && nvcc $NVCC_FLAGS $H/bwd/*.o $H/tensor_map.o -o $H/bwd_check
 }
 
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a "$S"
 if has install; then
-  stamp "pip install . and the harness build"
+  stamp "pip install . (background)"
   (python3 -m pip install --no-build-isolation -q . > "$OUT/install.txt" 2>&1; echo $? > /tmp/install.rc) &
   PIP=$!
-  if has harness || has sanitize; then build_harness > "$OUT/harness_build.txt" 2>&1; echo "harness build rc=$?" | tee -a "$S"; fi
+fi
+if has harness || has sanitize; then
+  stamp "harness build"
+  build_harness > "$OUT/harness_build.txt" 2>&1
+  stamp "harness build rc=$?"
+fi
+if has install; then
   wait $PIP
   stamp "install rc=$(cat /tmp/install.rc)"
   [ "$(cat /tmp/install.rc)" = 0 ] || { tail -40 "$OUT/install.txt"; exit 1; }
-  grep -rhE "bytes spill|Used [0-9]+ registers" build 2>/dev/null | grep -vE " 0 bytes spill stores, 0 bytes spill loads" \
-    | grep "spill" | head -5 | sed 's/^/SPILL: /' | tee -a "$S"
-  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a "$S"
 fi
 
 if has harness; then
@@ -91,9 +95,10 @@ if has sanitize; then
   for tool in memcheck racecheck synccheck; do
     for h in fwd bwd; do
       [ "$(left)" -gt 40 ] || { stamp "sanitize: out of time before $tool $h"; break 2; }
-      timeout "$(cap 60 20)" compute-sanitizer --tool $tool --error-exitcode 9 $H/${h}_check --quick \
+      timeout "$(cap ${SANITIZE_CAP:-80} 20)" compute-sanitizer --tool $tool --error-exitcode 9 $H/${h}_check --quick \
         > "$OUT/sanitize_${tool}_$h.txt" 2>&1
-      stamp "compute-sanitizer $tool $h harness --quick rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_${tool}_$h.txt" | tail -1)"
+      stamp "compute-sanitizer $tool $h harness --quick rc=$? $(grep -E '(cases|runs) passed' "$OUT/sanitize_${tool}_$h.txt" | tail -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_${tool}_$h.txt" | tail -1)"
+      grep -m3 -E "^========= (Invalid|Race|Barrier|Error)" "$OUT/sanitize_${tool}_$h.txt" | tee -a "$S"
     done
   done
 fi
