@@ -71,7 +71,21 @@ def test_forward_persistent_model_catches_an_unwaited_release() -> None:
 
 
 def test_backward_protocol_model() -> None:
+    """The backward kernels' protocol (hd64/hd128 with the dQ writer warp, deterministic mode,
+    the hd128 persistent tile hand-out, the hd256 64 x 80 kernel) under random interleavings."""
     assert _load("bwd_protocol_model").main() == 0
+
+
+def test_backward_protocol_model_catches_its_mutations() -> None:
+    """Each bug the backward model lists (e.g. the dQ tile freed before the bulk engine read it,
+    the persistent kernel's next K/V loaded before kv_empty) makes some trial fail."""
+    assert _load("bwd_protocol_model").mutation_check(random.Random(1))
+
+
+def test_backward_layout_check() -> None:
+    """The backward's shared-memory layouts, wgmma operands, dq_accum fragment order, tiling and
+    deterministic dQ order for BwdHd64, BwdHd128 and BwdHd256 (numpy, a few seconds)."""
+    assert _load("bwd_layout_check").main() == 0
 
 
 def test_forward_persistent_model_catches_a_next_q_loaded_too_early() -> None:

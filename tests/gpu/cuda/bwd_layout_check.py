@@ -1,16 +1,31 @@
-"""Host-side model of the Hopper backward kernel's data layouts and tiling (no GPU, numpy only).
+"""Host-side model of the Hopper backward kernels' data layouts and tiling (no GPU, numpy only).
 
-Two checks, both replaying the formulas of cuda/hopper/bwd_kernel.cuh and bwd_config.cuh:
+Replays the formulas of cuda/hopper/bwd/ (config.cuh: the named configurations and their
+shared-memory maps; mainloop.cuh and kernel_kv80.cuh: the wgmma operands and the P^T / dS^T
+stores; dq_writer.cuh and prepost.cuh: dq_accum's fragment order; scheduler.cuh: the query
+blocks of a key block) for the shipped configurations: BwdHd64 (128 x 128 blocks), BwdHd128
+(64 x 128; BwdHd128Persistent has the same tile and layouts) and BwdHd256 (64 x 80, the
+transposed products of kernel_kv80.cuh).
 
 1. Layouts. Shared memory is a byte array written the way TMA writes a 128B-swizzled box and the
-   way the kernel's sw128_offset() stores P^T / dS^T; every wgmma operand is read back through the
-   descriptor the kernel builds (start address, LBO, SBO, K-major or MN-major canonical layout,
-   the 128B swizzle applied to the address), and accumulator / A-fragment registers follow the PTX
-   fragment layouts. For each head-dim config and each consumer warpgroup the emulated S^T, dP^T,
-   dV, dK and dQ pieces must equal numpy's products of the right sub-blocks.
+   way the kernels' sw128_offset() / stmatrix (.trans) stores write P^T / dS^T; every wgmma operand
+   is read back through the descriptor the kernel builds (start address, LBO, SBO, K-major or
+   MN-major canonical layout, the 128B swizzle applied to the address), and accumulator /
+   A-fragment registers follow the PTX fragment layouts. For each configuration and consumer
+   warpgroup the emulated S^T / dP^T (hd256: S / dP), dV, dK and dQ pieces must equal numpy's
+   products of the right sub-blocks.
 2. Tiling. The whole backward at tile level (key blocks, query-block ranges per causal key block,
-   masks, the lse2 = +inf / delta' = 0 padding convention, the dlse fold, GQA loop, dQ pieces)
-   against a direct float64 gradient, on shapes with ragged lengths, seq_q != seq_k and GQA.
+   masks, the lse2 = +inf / delta' = 0 padding convention, the dlse fold, GQA loop) against a
+   direct float64 gradient, on shapes with ragged lengths, seq_q != seq_k and GQA.
+3. dq_accum. hd64 / hd128: the consumers' stage_dq_tile stores fill the float32 tile that the
+   writer adds with one bulk reduce in fragment order (dq_frag_offset), and the postprocess reads
+   it back (dq_accum_offset). hd256: the consumers' 16-byte red.global adds (kv80_add_dq) fill the
+   tile's four transposed pieces once, and dq_accum_offset_any reads it back. hd256 also: the dK /
+   dV epilogue's transposed stmatrix staging (rows padded to 528 bytes) holds dK / dV row-major and
+   each stmatrix writes 8 distinct 16-byte bank groups.
+4. Deterministic mode's dQ order (dq_writer.cuh bwd_dq_rank, scheduler.cuh's key blocks
+   last-first under the causal mask): the ranks of the key blocks visiting each query block are a
+   permutation, and the semaphore protocol cannot deadlock, for the shipped block shapes.
 
 Run: python3 tests/gpu/cuda/bwd_layout_check.py  (exits non-zero on a mismatch)
 """
@@ -22,36 +37,64 @@ import sys
 import numpy as np
 
 # ----------------------------------------------------------------------------------------------
-# Configs (bwd_config.cuh)
+# Configurations (config.cuh)
 # ----------------------------------------------------------------------------------------------
 
 
 class Cfg:
-    def __init__(self, head_dim, block_m, block_n, dq_pieces=1, split_sdp=False):
-        self.D, self.BM, self.BN = head_dim, block_m, block_n
-        # SplitSdP (variant 20): warpgroup 0 computes all of S^T, warpgroup 1 all of dP^T.
-        self.split_sdp = split_sdp
+    """BwdTile<HeadDim, BlockM, BlockN>: two consumer warpgroups; S^T / dP^T and dK / dV split by
+    64-key row groups (block_n == 128: row_groups 2, col_splits 1, P^T / dS^T stay in registers),
+    dQ by 64-query row slices x head-dim column slices."""
+
+    def __init__(self, name, head_dim, block_m, block_n):
+        self.name, self.D, self.BM, self.BN = name, head_dim, block_m, block_n
         self.W = 2
         self.row_groups = block_n // 64
         self.col_splits = self.W // self.row_groups
+        assert self.col_splits == 1, "BwdTile: block_n == 128"
         self.s_cols = block_m // self.col_splits
         self.dkv_cols = head_dim // self.col_splits
-        self.pds_in_registers = self.col_splits == 1
         self.dq_row_slices = block_m // 64
         self.dq_col_slices = self.W // self.dq_row_slices
         self.dq_cols = head_dim // self.dq_col_slices
-        self.dq_pieces = dq_pieces
         self.chunks = head_dim // 64
         self.chunk_bytes_q = block_m * 128
         self.chunk_bytes_kv = block_n * 128
         self.q_tile_bytes = block_m * head_dim * 2
         self.kv_tile_bytes = block_n * head_dim * 2
         self.pds_tile_bytes = block_n * block_m * 2
+        # The shared-memory map (q_stages = pds_stages = 2).
+        self.k_off = 0
+        self.v_off = self.kv_tile_bytes
+        self.q_off = 2 * self.kv_tile_bytes
+        self.do_off = self.q_off + 2 * self.q_tile_bytes
+        self.ds_off = self.do_off + 2 * self.q_tile_bytes
+        self.dq_off = self.ds_off + 2 * self.pds_tile_bytes
+        self.smem_bytes = self.dq_off + block_m * head_dim * 4
 
 
-CONFIGS = {64: Cfg(64, 128, 128), 128: Cfg(128, 64, 128), 256: Cfg(256, 64, 64, dq_pieces=1)}
-# hd256 variant 20 (DqInRing + SplitSdP): same smem map and dK/dV/dQ ownership as V4.
-CFG_SPLIT = Cfg(256, 64, 64, dq_pieces=1, split_sdp=True)
+class CfgKv80:
+    """BwdTileKv80<256> (BwdHd256): 64 queries x 80 keys, 40 keys per warpgroup for S / dP,
+    head-dim rows 128c .. 128c + 127 per warpgroup for dK^T / dV^T / dQ^T."""
+
+    name, D, BM, BN = "BwdHd256", 256, 64, 80
+    chunk_bytes_q = 64 * 128
+    chunk_bytes_kv = 80 * 128
+    q_tile_bytes = 64 * 256 * 2
+    kv_tile_bytes = 80 * 256 * 2
+    pds_tile_bytes = 80 * 64 * 2
+    k_off = 0
+    v_off = kv_tile_bytes
+    q_off = 2 * kv_tile_bytes
+    do_off = q_off + 2 * q_tile_bytes
+    pt_off = do_off + q_tile_bytes
+    dst_off = pt_off + 2 * pds_tile_bytes
+    lse_off = dst_off + 2 * pds_tile_bytes
+    epi_row_bytes = 256 * 2 + 16
+
+
+CONFIGS = [Cfg("BwdHd64", 64, 128, 128), Cfg("BwdHd128", 128, 64, 128)]
+KV80 = CfgKv80()
 
 # ----------------------------------------------------------------------------------------------
 # Shared memory, swizzle, TMA, descriptors, fragments
@@ -66,10 +109,12 @@ def swz(addr):
 class Smem:
     def __init__(self, nbytes):
         self.v = np.full(nbytes // 2, np.nan)  # one value per 2-byte element
+        self.writes = np.zeros(nbytes // 2, dtype=int)
 
     def put(self, byte_addr, x):
         assert byte_addr % 2 == 0
         self.v[byte_addr // 2] = x
+        self.writes[byte_addr // 2] += 1
 
     def get(self, byte_addr):
         x = self.v[byte_addr // 2]
@@ -88,7 +133,7 @@ def tma_load(smem, base, tile, chunk_bytes):
 
 
 def sw128_offset(row, col, chunk_bytes):
-    """bwd_kernel.cuh sw128_offset (applied to a 1024-aligned base)."""
+    """common/numeric.cuh sw128_offset (applied to a 1024-aligned base)."""
     c = col % 64
     return (col // 64) * chunk_bytes + row * 128 + (((c // 8) ^ (row % 8)) * 16) + (c % 8) * 2
 
@@ -129,17 +174,6 @@ def a_frag_coords(tid, kk, reg32, half):
     return row, k
 
 
-def gather_acc(regs_per_thread, ncols):
-    """[64, ncols] matrix from per-thread accumulator arrays (as the hardware lays them out)."""
-    m = np.full((64, ncols), np.nan)
-    for tid in range(128):
-        for reg in range(ncols // 2):
-            r, c = acc_coords(tid, reg)
-            m[r, c] = regs_per_thread[tid][reg]
-    assert not np.isnan(m).any()
-    return m
-
-
 def scatter_acc(mat):
     """Per-thread accumulator arrays holding the [64, N] matrix `mat`."""
     n = mat.shape[1]
@@ -150,34 +184,46 @@ def scatter_acc(mat):
     return regs
 
 
+def stmatrix_trans(smem, row_addr, frags):
+    """stmatrix .m8n8 .trans of one warp: frags[m][lane] = the (2 values of the) 32-bit register
+    of matrix m in lane `lane` (fragment row lane / 4, columns 2 (lane % 4) + e); row_addr[l] =
+    the address lane l supplies (row l % 8 of stored matrix l / 8). Stored row r of matrix m =
+    fragment column r. Returns the row addresses of each matrix (for the bank check)."""
+    for m, frag in enumerate(frags):
+        for lane in range(32):
+            for e in range(2):
+                row, col = lane // 4, 2 * (lane % 4) + e
+                smem.put(row_addr[8 * m + col] + 2 * row, frag[lane][e])
+    return [row_addr[8 * m : 8 * m + 8] for m in range(len(frags))]
+
+
 # ----------------------------------------------------------------------------------------------
 # 1. Layouts: one step of one CTA, per warpgroup, against numpy
 # ----------------------------------------------------------------------------------------------
 
 
 def check_layouts(cfg: Cfg, rng) -> list[str]:
+    """mainloop.cuh: issue_transposed_scores (S^T = K Q^T, dP^T = V dO^T), bwd_p_ds's registers as
+    the A operand of issue_dkv_rs (dV += P^T dO, dK += dS^T Q), store_pds (dS^T to its buffer) and
+    issue_dq (dQ = dS K)."""
     errs = []
     D, BM, BN = cfg.D, cfg.BM, cfg.BN
     K = rng.standard_normal((BN, D))
     V = rng.standard_normal((BN, D))
     Q = rng.standard_normal((BM, D))
     dO = rng.standard_normal((BM, D))
-    # Kernel smem map (offsets relative to the 1024-aligned base; stage 1 of Q/dO/pds to catch
-    # stage-offset mistakes).
-    k_off, v_off = 0, cfg.kv_tile_bytes
-    q_off = 2 * cfg.kv_tile_bytes
-    do_off = q_off + 2 * cfg.q_tile_bytes
-    ds_off = do_off + 2 * cfg.q_tile_bytes
-    p_off = ds_off + 2 * cfg.pds_tile_bytes
-    total = p_off + 2 * cfg.pds_tile_bytes
-    smem = Smem(total)
-    stage = 1
-    q_tile = q_off + stage * cfg.q_tile_bytes
-    do_tile = do_off + stage * cfg.q_tile_bytes
-    ds_tile = ds_off + stage * cfg.pds_tile_bytes
-    p_tile = p_off + stage * cfg.pds_tile_bytes
-    tma_load(smem, k_off, K, cfg.chunk_bytes_kv)
-    tma_load(smem, v_off, V, cfg.chunk_bytes_kv)
+    for off in (cfg.k_off, cfg.v_off, cfg.q_off, cfg.do_off, cfg.ds_off, cfg.dq_off):
+        if off % 1024:
+            errs.append(f"{cfg.name}: a tile offset is not 1024-aligned")
+    if cfg.smem_bytes > 232448:
+        errs.append(f"{cfg.name}: shared memory over 227 KB")
+    smem = Smem(cfg.dq_off)
+    stage = 1  # stage 1 of Q / dO / dS^T, to catch stage-offset mistakes
+    q_tile = cfg.q_off + stage * cfg.q_tile_bytes
+    do_tile = cfg.do_off + stage * cfg.q_tile_bytes
+    ds_tile = cfg.ds_off + stage * cfg.pds_tile_bytes
+    tma_load(smem, cfg.k_off, K, cfg.chunk_bytes_kv)
+    tma_load(smem, cfg.v_off, V, cfg.chunk_bytes_kv)
     tma_load(smem, q_tile, Q, cfg.chunk_bytes_q)
     tma_load(smem, do_tile, dO, cfg.chunk_bytes_q)
 
@@ -187,16 +233,13 @@ def check_layouts(cfg: Cfg, rng) -> list[str]:
     Pt = np.tanh(St)  # stand-ins: the layout check does not care about the softmax
     dSt = Pt * dPt
     wg_regs = {}
-    if cfg.split_sdp:
-        errs += split_scores(cfg, smem, k_off, v_off, q_tile, do_tile, ds_tile, p_tile, St, dPt, Pt)
-        wg_regs = {c: (0, c, None, None) for c in range(cfg.W)}
-    for c in range(cfg.W if not cfg.split_sdp else 0):
+    for c in range(cfg.W):
         r, s = divmod(c, cfg.col_splits)
         ns = cfg.s_cols
         s_col0 = s * ns
         for name, x_off, y_tile, want in (
-            ("S^T", k_off, q_tile, St),
-            ("dP^T", v_off, do_tile, dPt),
+            ("S^T", cfg.k_off, q_tile, St),
+            ("dP^T", cfg.v_off, do_tile, dPt),
         ):
             acc = np.zeros((64, ns))
             for kk in range(D // 16):
@@ -210,147 +253,204 @@ def check_layouts(cfg: Cfg, rng) -> list[str]:
                 acc += a @ b.T
             ref = want[64 * r : 64 * r + 64, s_col0 : s_col0 + ns]
             if not np.allclose(acc, ref):
-                errs.append(f"hd{D} wg{c}: {name} slice wrong")
+                errs.append(f"{cfg.name} wg{c}: {name} slice wrong")
         # The warpgroup's registers of P^T and dS^T in the accumulator layout.
         pt_regs = scatter_acc(Pt[64 * r : 64 * r + 64, s_col0 : s_col0 + ns])
         dst_regs = scatter_acc(dSt[64 * r : 64 * r + 64, s_col0 : s_col0 + ns])
         wg_regs[c] = (r, s, pt_regs, dst_regs)
-        # store_pds: pairs (j, i) of packed registers to the swizzled P^T / dS^T tile.
-        targets = [(ds_tile, dst_regs)] + ([] if cfg.pds_in_registers else [(p_tile, pt_regs)])
-        for tile, regs in targets:
-            for tid in range(128):
-                w, lane = tid // 32, tid % 32
-                for j in range(ns // 8):
-                    for i in range(2):
-                        row = 64 * r + 16 * w + lane // 4 + 8 * i
-                        col = s_col0 + 8 * j + 2 * (lane % 4)
-                        off = tile + sw128_offset(row, col, cfg.chunk_bytes_kv)
-                        smem.put(off, regs[tid, 4 * j + 2 * i])
-                        smem.put(off + 2, regs[tid, 4 * j + 2 * i + 1])
+        # store_pds: pairs (j, i) of packed registers to the swizzled dS^T tile (stmatrix x4:
+        # matrix m = fragment (i = m % 2, j + m / 2), lane l addresses row l % 8 of matrix l / 8).
+        for w in range(4):
+            for j in range(0, ns // 8, 2):
+                frags = []
+                for m in range(4):
+                    jj, i = j + m // 2, m % 2
+                    frags.append(
+                        [
+                            (
+                                dst_regs[32 * w + ln, 4 * jj + 2 * i],
+                                dst_regs[32 * w + ln, 4 * jj + 2 * i + 1],
+                            )
+                            for ln in range(32)
+                        ]
+                    )
+                for m in range(4):
+                    for ln in range(32):
+                        row = 64 * r + 16 * w + ln // 4 + 8 * (m % 2)
+                        col = s_col0 + 8 * (j + m // 2) + 2 * (ln % 4)
+                        off = ds_tile + sw128_offset(row, col, cfg.chunk_bytes_kv)
+                        smem.put(off, frags[m][ln][0])
+                        smem.put(off + 2, frags[m][ln][1])
+    ds_writes = smem.writes[ds_tile // 2 : (ds_tile + cfg.pds_tile_bytes) // 2]
+    if (ds_writes != 1).any():
+        errs.append(
+            f"{cfg.name}: dS^T buffer elements written {ds_writes.min()}..{ds_writes.max()} times"
+        )
 
-    # dV += P^T dO, dK += dS^T Q, dQ = dS K, per warpgroup.
+    # dV += P^T dO, dK += dS^T Q (RS), dQ = dS K (SS), per warpgroup.
     for c in range(cfg.W):
         r, s, pt_regs, dst_regs = wg_regs[c]
         dkv_col0 = s * cfg.dkv_cols
-        for name, a_regs, a_tile, y_tile, y in (
-            ("dV", pt_regs, p_tile, do_tile, dO),
-            ("dK", dst_regs, ds_tile, q_tile, Q),
-        ):
+        for name, a_regs, y_tile, y in (("dV", pt_regs, do_tile, dO), ("dK", dst_regs, q_tile, Q)):
             acc = np.zeros((64, cfg.dkv_cols))
             b_start = y_tile + (dkv_col0 // 64) * cfg.chunk_bytes_q
             for kk in range(BM // 16):
                 b = read_mnmajor(smem, b_start + kk * 16 * 128, cfg.chunk_bytes_q, cfg.dkv_cols)
-                if cfg.pds_in_registers:
-                    # RS: A fragment = registers pf[4kk .. 4kk+3] = pairs of accumulator regs.
-                    a = np.full((64, 16), np.nan)
-                    for tid in range(128):
-                        for reg32 in range(4):
-                            k32 = 4 * kk + reg32  # pf index
-                            for half in range(2):
-                                row, kcol = a_frag_coords(tid, kk, reg32, half)
-                                a[row, kcol - 16 * kk] = a_regs[tid, 2 * k32 + half]
-                    assert not np.isnan(a).any()
-                else:
-                    start = a_tile + (kk // 4) * cfg.chunk_bytes_kv + r * 64 * 128 + (kk % 4) * 32
-                    a = read_kmajor(smem, start, 64)
+                # A fragment = registers pf[4kk .. 4kk+3] = pairs of accumulator registers.
+                a = np.full((64, 16), np.nan)
+                for tid in range(128):
+                    for reg32 in range(4):
+                        k32 = 4 * kk + reg32  # pf index
+                        for half in range(2):
+                            row, kcol = a_frag_coords(tid, kk, reg32, half)
+                            a[row, kcol - 16 * kk] = a_regs[tid, 2 * k32 + half]
+                assert not np.isnan(a).any()
                 acc += a @ b.T
             A = Pt if name == "dV" else dSt
             ref = A[64 * r : 64 * r + 64, :] @ y[:, dkv_col0 : dkv_col0 + cfg.dkv_cols]
             if not np.allclose(acc, ref):
-                errs.append(f"hd{D} wg{c}: {name} wrong")
+                errs.append(f"{cfg.name} wg{c}: {name} wrong")
         qs, ds = c % cfg.dq_row_slices, c // cfg.dq_row_slices
-        dq_col0 = ds * cfg.dq_cols
-        npc = cfg.dq_cols // cfg.dq_pieces
-        for piece in range(cfg.dq_pieces):
-            col0 = dq_col0 + piece * npc
-            acc = np.zeros((64, npc))
-            a_start = ds_tile + qs * cfg.chunk_bytes_kv
-            b_start = k_off + (col0 // 64) * cfg.chunk_bytes_kv
-            for kk in range(BN // 16):
-                a = read_mnmajor(smem, a_start + kk * 16 * 128, cfg.chunk_bytes_kv, 64)
-                b = read_mnmajor(smem, b_start + kk * 16 * 128, cfg.chunk_bytes_kv, npc)
-                acc += a @ b.T
-            ref = dSt.T[64 * qs : 64 * qs + 64, :] @ K[:, col0 : col0 + npc]
-            if not np.allclose(acc, ref):
-                errs.append(f"hd{D} wg{c}: dQ piece {piece} wrong")
+        col0 = ds * cfg.dq_cols
+        acc = np.zeros((64, cfg.dq_cols))
+        a_start = ds_tile + qs * cfg.chunk_bytes_kv
+        b_start = cfg.k_off + (col0 // 64) * cfg.chunk_bytes_kv
+        for kk in range(BN // 16):
+            a = read_mnmajor(smem, a_start + kk * 16 * 128, cfg.chunk_bytes_kv, 64)
+            b = read_mnmajor(smem, b_start + kk * 16 * 128, cfg.chunk_bytes_kv, cfg.dq_cols)
+            acc += a @ b.T
+        ref = dSt.T[64 * qs : 64 * qs + 64, :] @ K[:, col0 : col0 + cfg.dq_cols]
+        if not np.allclose(acc, ref):
+            errs.append(f"{cfg.name} wg{c}: dQ piece wrong")
     # Ownership covers each output exactly once.
     cover_dkv = np.zeros((BN, D), int)
     cover_dq = np.zeros((BM, D), int)
+    cover_s = np.zeros((BN, BM), int)
     for c in range(cfg.W):
         r, s = divmod(c, cfg.col_splits)
         cover_dkv[64 * r : 64 * r + 64, s * cfg.dkv_cols : (s + 1) * cfg.dkv_cols] += 1
+        cover_s[64 * r : 64 * r + 64, s * cfg.s_cols : (s + 1) * cfg.s_cols] += 1
         qs, ds = c % cfg.dq_row_slices, c // cfg.dq_row_slices
         cover_dq[64 * qs : 64 * qs + 64, ds * cfg.dq_cols : (ds + 1) * cfg.dq_cols] += 1
     if not (cover_dkv == 1).all():
-        errs.append(f"hd{D}: dK/dV ownership does not cover the tile once")
+        errs.append(f"{cfg.name}: dK/dV ownership does not cover the tile once")
     if not (cover_dq == 1).all():
-        errs.append(f"hd{D}: dQ ownership does not cover the tile once")
-    cover_s = np.zeros((BN, BM), int)
-    for c in range(cfg.W if not cfg.split_sdp else 0):
-        r, s = divmod(c, cfg.col_splits)
-        cover_s[64 * r : 64 * r + 64, s * cfg.s_cols : (s + 1) * cfg.s_cols] += 1
-    if cfg.split_sdp:
-        cover_s += 1  # warpgroup 0 computes all of S^T (warpgroup 1 all of dP^T), checked above
+        errs.append(f"{cfg.name}: dQ ownership does not cover the tile once")
     if not (cover_s == 1).all():
-        errs.append(f"hd{D}: S^T slices do not cover the tile once")
+        errs.append(f"{cfg.name}: S^T slices do not cover the tile once")
     return errs
 
 
-def split_scores(cfg, smem, k_off, v_off, q_tile, do_tile, ds_tile, p_tile, St, dPt, Pt):
-    """SplitSdP (variant 20): warpgroup 0 computes S^T over all BM query columns (one m64nBM
-    chain: r = 0, col0 = 0), turns it into P^T and stores it with store_pds<Cfg, BM>(p_tile, ..,
-    0, 0); warpgroup 1 computes dP^T the same way, reads P^T back with load_pds (the same
-    addresses per thread and register: its accumulator layout), and stores dS^T = P^T * dP^T
-    (the stand-in for P^T (dP^T - delta')) to ds_tile. Every P^T / dS^T byte written once."""
-    errs = []
-    D, BM = cfg.D, cfg.BM
-    regs = {}
-    for c, (name, x_off, y_tile, want) in enumerate(
-        (("S^T", k_off, q_tile, St), ("dP^T", v_off, do_tile, dPt))
-    ):
-        acc = np.zeros((64, BM))
-        for kk in range(D // 16):
-            chunk, within = kk // 4, (kk % 4) * 32
-            a = read_kmajor(smem, x_off + chunk * cfg.chunk_bytes_kv + within, 64)
-            b = read_kmajor(smem, y_tile + chunk * cfg.chunk_bytes_q + within, BM)
-            acc += a @ b.T
-        if not np.allclose(acc, want[0:64, 0:BM]):
-            errs.append(f"hd{D} split wg{c}: {name} wrong")
-        regs[c] = scatter_acc(acc)
+def check_layouts_kv80(rng) -> list[str]:
+    """kernel_kv80.cuh: kv80_scores (S = Q K^T, dP = dO V^T, 40 keys per warpgroup),
+    kv80_store_transposed (P^T, dS^T into [80 keys][64 queries] buffers), kv80_dkv (dV^T += dO^T P,
+    dK^T += Q^T dS) and kv80_dq (dQ^T = K^T dS^T)."""
+    cfg, errs = KV80, []
+    D, BM, BN = cfg.D, cfg.BM, cfg.BN
+    for off in (cfg.k_off, cfg.v_off, cfg.q_off, cfg.do_off, cfg.pt_off, cfg.dst_off):
+        if off % 1024 or cfg.pds_tile_bytes % 1024:
+            errs.append(f"{cfg.name}: a tile offset is not 1024-aligned")
+    K = rng.standard_normal((BN, D))
+    V = rng.standard_normal((BN, D))
+    Q = rng.standard_normal((BM, D))
+    dO = rng.standard_normal((BM, D))
+    smem = Smem(cfg.lse_off)
+    q_tile = cfg.q_off + cfg.q_tile_bytes  # Q stage 1 (the dO ring has one stage)
+    do_tile = cfg.do_off
+    pt = cfg.pt_off + cfg.pds_tile_bytes  # buffer 1 of each
+    dst = cfg.dst_off + cfg.pds_tile_bytes
+    tma_load(smem, cfg.k_off, K, cfg.chunk_bytes_kv)
+    tma_load(smem, cfg.v_off, V, cfg.chunk_bytes_kv)
+    tma_load(smem, q_tile, Q, cfg.chunk_bytes_q)
+    tma_load(smem, do_tile, dO, cfg.chunk_bytes_q)
+    S = Q @ K.T  # [BM, BN]
+    dP = dO @ V.T
+    P = np.tanh(S)  # stand-ins for the softmax
+    dS = P * dP
+    for c in range(2):
+        for name, x_tile, y_off, want, store, buf in (
+            ("S", q_tile, cfg.k_off, S, P, pt),
+            ("dP", do_tile, cfg.v_off, dP, dS, dst),
+        ):
+            acc = np.zeros((64, 40))
+            for kk in range(D // 16):
+                chunk, within = kk // 4, (kk % 4) * 32
+                a = read_kmajor(smem, x_tile + chunk * cfg.chunk_bytes_q + within, 64)
+                b = read_kmajor(
+                    smem, y_off + chunk * cfg.chunk_bytes_kv + 40 * c * 128 + within, 40
+                )
+                acc += a @ b.T
+            if not np.allclose(acc, want[:, 40 * c : 40 * c + 40]):
+                errs.append(f"{cfg.name} wg{c}: {name} wrong")
+            # kv80_store_transposed of the packed pairs pk[k] = regs (2k, 2k + 1), k = 2j + i.
+            regs = scatter_acc(store[:, 40 * c : 40 * c + 40])
+            for w in range(4):
 
-    def pds_offsets(tid, j, i):
-        w, lane = tid // 32, tid % 32
-        row = 16 * w + lane // 4 + 8 * i
-        col = 8 * j + 2 * (lane % 4)
-        return sw128_offset(row, col, cfg.chunk_bytes_kv)
+                def pair(ln, j, i, w=w, regs=regs):
+                    return regs[32 * w + ln, 4 * j + 2 * i], regs[32 * w + ln, 4 * j + 2 * i + 1]
 
-    pt_regs = scatter_acc(Pt[0:64, 0:BM])
-    written = {}
-    for tid in range(128):
-        for j in range(BM // 8):
-            for i in range(2):
-                off = p_tile + pds_offsets(tid, j, i)
-                smem.put(off, pt_regs[tid, 4 * j + 2 * i])
-                smem.put(off + 2, pt_regs[tid, 4 * j + 2 * i + 1])
-                written[off] = written.get(off, 0) + 1
-    if len(written) != 64 * BM // 2 or max(written.values()) != 1:
-        errs.append(f"hd{D} split: P^T store does not write each pair once")
-    ds_regs = np.empty_like(pt_regs)
-    for tid in range(128):  # warpgroup 1: load_pds, then dS^T
-        for j in range(BM // 8):
-            for i in range(2):
-                off = p_tile + pds_offsets(tid, j, i)
-                for e in range(2):
-                    p = smem.get(off + 2 * e)
-                    ds_regs[tid, 4 * j + 2 * i + e] = p * regs[1][tid, 4 * j + 2 * i + e]
-    if not np.allclose(gather_acc(ds_regs, BM), Pt[0:64, 0:BM] * dPt[0:64, 0:BM]):
-        errs.append(f"hd{D} split: P^T read back by warpgroup 1 is not its own accumulator layout")
-    for tid in range(128):
-        for j in range(BM // 8):
-            for i in range(2):
-                off = ds_tile + pds_offsets(tid, j, i)
-                smem.put(off, ds_regs[tid, 4 * j + 2 * i])
-                smem.put(off + 2, ds_regs[tid, 4 * j + 2 * i + 1])
+                for j in (0, 2):
+                    addr = []
+                    for ln in range(32):
+                        m = ln // 8
+                        key = 40 * c + 8 * (j + m // 2) + ln % 8
+                        query = 16 * w + 8 * (m % 2)
+                        addr.append(buf + sw128_offset(key, query, cfg.chunk_bytes_kv))
+                    frags = [[pair(ln, j + m // 2, m % 2) for ln in range(32)] for m in range(4)]
+                    stmatrix_trans(smem, addr, frags)
+                addr = []
+                for ln in range(16):
+                    key = 40 * c + 32 + ln % 8
+                    query = 16 * w + 8 * ((ln // 8) % 2)
+                    addr.append(buf + sw128_offset(key, query, cfg.chunk_bytes_kv))
+                stmatrix_trans(smem, addr, [[pair(ln, 4, m) for ln in range(32)] for m in range(2)])
+    for name, buf, want in (("P^T", pt, P.T), ("dS^T", dst, dS.T)):
+        w = smem.writes[buf // 2 : (buf + cfg.pds_tile_bytes) // 2]
+        if (w != 1).any():
+            errs.append(f"{cfg.name}: {name} buffer elements written {w.min()}..{w.max()} times")
+            continue
+        got = np.array(
+            [
+                [smem.get(buf + sw128_offset(k, q, cfg.chunk_bytes_kv)) for q in range(BM)]
+                for k in range(BN)
+            ]
+        )
+        if not np.array_equal(got, want):
+            errs.append(
+                f"{cfg.name}: {name} buffer is not [80 keys][64 queries] in the sw128 layout"
+            )
+    for c in range(2):
+        for blk in range(2):
+            piece = 2 * c + blk  # head-dim rows 64 piece ..
+            hd = slice(64 * piece, 64 * piece + 64)
+            for name, x_tile, buf, ref in (
+                ("dV^T", do_tile, pt, dO[:, hd].T @ P),
+                ("dK^T", q_tile, dst, Q[:, hd].T @ dS),
+            ):
+                acc = np.zeros((64, 80))
+                for kk in range(BM // 16):
+                    a = read_mnmajor(
+                        smem,
+                        x_tile + piece * cfg.chunk_bytes_q + kk * 16 * 128,
+                        cfg.chunk_bytes_q,
+                        64,
+                    )
+                    b = read_kmajor(smem, buf + kk * 32, 80)
+                    acc += a @ b.T
+                if not np.allclose(acc, ref):
+                    errs.append(f"{cfg.name} wg{c}: {name} piece {piece} wrong")
+            acc = np.zeros((64, 64))
+            for kk in range(BN // 16):
+                a = read_mnmajor(
+                    smem,
+                    cfg.k_off + piece * cfg.chunk_bytes_kv + kk * 16 * 128,
+                    cfg.chunk_bytes_kv,
+                    64,
+                )
+                b = read_mnmajor(smem, dst + kk * 16 * 128, cfg.chunk_bytes_kv, 64)
+                acc += a @ b.T
+            if not np.allclose(acc, (dS @ K[:, hd]).T):
+                errs.append(f"{cfg.name} wg{c}: dQ^T piece {piece} wrong")
     return errs
 
 
@@ -391,8 +491,9 @@ def reference_grads(q, k, v, do, dlse, scale, causal):
     return o, lse, dq, dk, dv
 
 
-def tiled_backward(cfg: Cfg, q, k, v, o, lse, do, dlse, scale, causal):
-    """bwd_preprocess + bwd_kernel + bwd_postprocess at tile level, with the kernel's index math."""
+def tiled_backward(cfg, q, k, v, o, lse, do, dlse, scale, causal):
+    """bwd_preprocess + the main kernel + bwd_postprocess at tile level, with the kernels' index
+    math (block_m x block_n steps; the 64 x 80 kernel's transposed products give the same sums)."""
     b, sq, hq, D = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     grp = hq // hkv
@@ -464,7 +565,7 @@ def tiled_backward(cfg: Cfg, q, k, v, o, lse, do, dlse, scale, causal):
     return dq, dk, dv
 
 
-def check_tiling(cfg: Cfg, rng) -> list[str]:
+def check_tiling(cfg, rng) -> list[str]:
     errs = []
     shapes = [
         (1, 1, 1, 1, 1),
@@ -489,14 +590,14 @@ def check_tiling(cfg: Cfg, rng) -> list[str]:
             for name, got, ref in (("dq", dq, rdq), ("dk", dk, rdk), ("dv", dv, rdv)):
                 if not np.allclose(got, ref, atol=1e-9, rtol=1e-7):
                     errs.append(
-                        f"hd{D} {shape} causal={causal}: {name} "
+                        f"{cfg.name} {shape} causal={causal}: {name} "
                         f"max err {np.abs(got - ref).max():.3e}"
                     )
     return errs
 
 
 # ----------------------------------------------------------------------------------------------
-# 3. DqViaTma: the fragment-order dQ tile (bwd_config.cuh dq_frag_offset / dq_accum_offset)
+# 3. dq_accum's fragment order (config.cuh dq_frag_offset / dq_accum_offset(_any))
 # ----------------------------------------------------------------------------------------------
 
 
@@ -514,13 +615,11 @@ def dq_accum_offset(cfg: Cfg, row, col):
 
 
 def check_dq_tile(cfg: Cfg) -> list[str]:
-    """The consumers' stores (stage_dq_tile: warpgroup c = (qs, ds) split of bwd_consumer, thread
-    t, register k of the dQ accumulator) fill the block_m x head_dim float tile exactly once, a
-    warp's float2 stores are 256 contiguous bytes, and the postprocess (dq_accum_offset of each
-    8-column group, read as 8 contiguous floats) gets back dQ[row, col] for every element."""
+    """The consumers' stores (stage_dq_tile: warpgroup c = (qs, ds) split of bwd_consumer_tile,
+    thread t, register k of the dQ accumulator) fill the block_m x head_dim float tile exactly
+    once, a warp's float2 stores are 256 contiguous bytes, and the postprocess (dq_accum_offset of
+    each 8-column group, read as 8 contiguous floats) gets back dQ[row, col] for every element."""
     errs = []
-    if cfg.dq_pieces != 1 or cfg.D == 256:
-        return errs
     BM, D = cfg.BM, cfg.D
     dq = np.arange(BM * D, dtype=np.float64).reshape(BM, D) + 0.5
     tile = np.full(BM * D, np.nan)
@@ -534,7 +633,7 @@ def check_dq_tile(cfg: Cfg) -> list[str]:
                 off = dq_frag_offset(cfg, c, t, 2 * u)
                 # the kernel: base = dq_frag_offset(c, tid, 0), then + 256 floats per pair
                 if off != dq_frag_offset(cfg, c, t, 0) + 256 * u or off % 2:
-                    errs.append(f"hd{D}: store address of c={c} t={t} u={u}")
+                    errs.append(f"{cfg.name}: store address of c={c} t={t} u={u}")
                 for e in range(2):
                     tile[off + e] = regs[t, 2 * u + e]
                     written[off + e] += 1
@@ -542,21 +641,114 @@ def check_dq_tile(cfg: Cfg) -> list[str]:
             for u in range(cfg.dq_cols // 4):
                 offs = [dq_frag_offset(cfg, c, 32 * w + ln, 2 * u) for ln in range(32)]
                 if offs != list(range(offs[0], offs[0] + 64, 2)):
-                    errs.append(f"hd{D}: warp {w} pair {u} of c={c} not 256 contiguous bytes")
+                    errs.append(f"{cfg.name}: warp {w} pair {u} of c={c} not 256 contiguous bytes")
     if (written != 1).any():
-        errs.append(f"hd{D}: dQ tile elements written {written.min()}..{written.max()} times")
+        errs.append(f"{cfg.name}: dQ tile elements written {written.min()}..{written.max()} times")
     for row in range(BM):
         for col in range(0, D, 8):
             o = dq_accum_offset(cfg, row, col)
             if not np.array_equal(tile[o : o + 8], dq[row, col : col + 8]):
-                errs.append(f"hd{D}: postprocess read of row {row} cols {col}..{col + 7}")
-    if cfg.BM * cfg.D * 4 % 16:
-        errs.append(f"hd{D}: tile bytes not a multiple of 16")
+                errs.append(f"{cfg.name}: postprocess read of row {row} cols {col}..{col + 7}")
+    if BM * D * 4 % 16:
+        errs.append(f"{cfg.name}: tile bytes not a multiple of 16")
+    return errs[:10]
+
+
+def kv80_dq_frag_offset(p, t, k):
+    return p * 64 * 64 + 4 * ((k // 4) * 128 + t) + k % 4
+
+
+def kv80_dq_accum_offset_any(row, col):
+    p, r, q = col // 64, col % 64, row % 64
+    t = 32 * (r // 16) + 4 * (r % 8) + (q % 8) // 2
+    k = 4 * (q // 8) + 2 * ((r % 16) // 8) + q % 2
+    return kv80_dq_frag_offset(p, t, k)
+
+
+def check_dq_tile_kv80() -> list[str]:
+    """kv80_add_dq: piece p = 2c + b of warpgroup c (dQ^T head-dim rows 64p .., all 64 queries),
+    thread t adds registers 4j .. 4j + 3 with one 16-byte red at dq_frag_offset(p, t, 0) + 512 j:
+    the tile's elements are each added once, a warp's adds cover 512 contiguous bytes, and the
+    postprocess (dq_accum_offset_any) reads dQ[query, col] back."""
+    errs = []
+    dq = np.arange(64 * 256, dtype=np.float64).reshape(64, 256) + 0.5
+    tile = np.full(64 * 256, np.nan)
+    written = np.zeros(64 * 256, dtype=int)
+    for p in range(4):
+        regs = scatter_acc(dq[:, 64 * p : 64 * p + 64].T)  # the dQ^T piece's accumulator
+        for t in range(128):
+            base = kv80_dq_frag_offset(p, t, 0)
+            for j in range(8):
+                if base + 4 * 128 * j != kv80_dq_frag_offset(p, t, 4 * j) or (base + 512 * j) % 4:
+                    errs.append(f"BwdHd256: add address of piece {p} t={t} j={j}")
+                for e in range(4):
+                    tile[base + 512 * j + e] = regs[t, 4 * j + e]
+                    written[base + 512 * j + e] += 1
+        for w in range(4):
+            for j in range(8):
+                offs = [kv80_dq_frag_offset(p, 32 * w + ln, 4 * j) for ln in range(32)]
+                if offs != list(range(offs[0], offs[0] + 128, 4)):
+                    errs.append(
+                        f"BwdHd256: warp {w} adds {j} of piece {p} not 512 contiguous bytes"
+                    )
+    if (written != 1).any():
+        errs.append(f"BwdHd256: dQ tile elements added {written.min()}..{written.max()} times")
+    for row in range(64):
+        for col in range(256):
+            if tile[kv80_dq_accum_offset_any(row, col)] != dq[row, col]:
+                errs.append(f"BwdHd256: postprocess read of row {row} col {col}")
+    return errs[:10]
+
+
+def check_epilogue_kv80(rng) -> list[str]:
+    """kv80_stage_dkv: warpgroup c's dK^T (or dV^T) pieces b (head-dim rows 128c + 64b .., 80 keys
+    in 40 accumulator registers) stored transposed with stmatrix x4 .trans into [80 keys] rows of
+    epi_row_bytes = 528: the staging holds dK[key, hd] at key * 528 + 2 hd for every element once
+    (what kv80_write_rows copies out), and the 8 row addresses of each stored matrix fall in 8
+    distinct 16-byte bank groups (528 = 4 * 128 + 16)."""
+    cfg, errs = KV80, []
+    dk = rng.standard_normal((80, 256))
+    smem = Smem(80 * cfg.epi_row_bytes)
+    for c in range(2):
+        for b in range(2):
+            # The [64 hd, 80 keys] accumulator of head-dim rows 128c + 64b ..
+            regs = scatter_acc(dk[:, 128 * c + 64 * b : 128 * c + 64 * b + 64].T)
+            for w in range(4):
+                for j in range(0, 10, 2):
+                    frags = [
+                        [
+                            (
+                                regs[32 * w + ln, 4 * (j + u // 2) + 2 * (u % 2)],
+                                regs[32 * w + ln, 4 * (j + u // 2) + 2 * (u % 2) + 1],
+                            )
+                            for ln in range(32)
+                        ]
+                        for u in range(4)
+                    ]
+                    addr = []
+                    for ln in range(32):
+                        m = ln // 8
+                        key = 8 * (j + m // 2) + ln % 8
+                        col = 128 * c + 64 * b + 16 * w + 8 * (m % 2)
+                        addr.append(key * cfg.epi_row_bytes + col * 2)
+                    for rows in stmatrix_trans(smem, addr, frags):
+                        if len({(a // 16) % 8 for a in rows}) != 8:
+                            errs.append(
+                                f"BwdHd256: epilogue stmatrix of c={c} b={b} w={w} j={j}: "
+                                "bank conflicts"
+                            )
+    writes = smem.writes.reshape(80, -1)
+    if (writes[:, :256] != 1).any() or writes[:, 256:].any():
+        errs.append("BwdHd256: epilogue staging elements not each written once")
+    elif not np.array_equal(smem.v.reshape(80, -1)[:, :256], dk):
+        errs.append("BwdHd256: epilogue staging does not hold dK row-major")
     return errs[:10]
 
 
 # ---------------------------------------------------------------------------------------------
-# Deterministic mode's dQ order (bwd_kernel.cuh: bwd_m_range, bwd_key_block, bwd_dq_rank)
+# 4. Deterministic mode's dQ order (dq_writer.cuh bwd_dq_rank; scheduler.cuh bwd_query_blocks and
+#    BwdGridScheduler's key blocks last-first under the causal mask)
+# ---------------------------------------------------------------------------------------------
 
 
 def _m_range(n0, sq, sk, bm, causal):
@@ -580,7 +772,7 @@ def simulate_dq_order(heads, sq, sk, bm, bn, causal, slots):
     ctas = []
     for h in range(heads):
         for b in range(nb):
-            n = nb - 1 - b if causal else b  # bwd_key_block in deterministic mode
+            n = nb - 1 - b if causal else b  # BwdGridScheduler in deterministic mode
             mb, me = _m_range(n * bn, sq, sk, bm, causal)
             ctas.append((h, n, list(range(mb, me))))
     visitors = {}
@@ -615,8 +807,9 @@ def simulate_dq_order(heads, sq, sk, bm, bn, causal, slots):
 def check_dq_order():
     errs = []
     rng = np.random.default_rng(1)
+    shapes = [(cfg.BM, cfg.BN) for cfg in CONFIGS] + [(KV80.BM, KV80.BN)]
     for _ in range(1500):
-        bm, bn = [(64, 128), (128, 128), (64, 64)][rng.integers(3)]
+        bm, bn = shapes[rng.integers(len(shapes))]
         sq, sk = int(rng.integers(1, 1500)), int(rng.integers(1, 1500))
         causal = bool(rng.random() < 0.7)
         try:
@@ -629,104 +822,26 @@ def check_dq_order():
     return errs
 
 
-def check_dq_ring(cfg: Cfg) -> list[str]:
-    """DqInRing (hd256, bwd v3): stage_dq_ring puts register pair u of thread t of warpgroup c at
-    byte c * R + 1024 (u % P) + 8 t of the step's Q stage (u < P) or dO stage (u >= P), R = the
-    ring region (q_tile_bytes / 2), P = dq_cols / 8 pairs per region. Checks: every byte of both
-    stages written exactly once; warpgroup c writes only the head-dim chunks its own dK (Q) / dV
-    (dO)
-    wgmmas read after the P^T/dS^T barrier (dkv columns [c * dkv_cols, ...)), never the other's;
-    warp stores are 256 contiguous bytes; the writer's four bulk adds (Q region c -> float
-    64 * dq_cols * c, dO region c -> + R / 4) rebuild exactly the fragment-order tile of
-    dq_frag_offset, and the postprocess (dq_accum_offset) reads dQ[row, col] back."""
-    errs = []
-    if cfg.D != 256:
-        return errs
-    BM, D = cfg.BM, cfg.D
-    R = cfg.q_tile_bytes // cfg.col_splits
-    P = cfg.dq_cols // 8
-    if 64 * cfg.dq_cols * 4 != 2 * R or P * 1024 != R:
-        errs.append("hd256: dQ piece is not a Q half + a dO half")
-        return errs
-    dq = np.arange(BM * D, dtype=np.float64).reshape(BM, D) + 0.5
-    stages = {
-        "q": np.full(cfg.q_tile_bytes // 4, np.nan),
-        "do": np.full(cfg.q_tile_bytes // 4, np.nan),
-    }
-    written = {k: np.zeros(cfg.q_tile_bytes // 4, dtype=int) for k in stages}
-    for c in range(cfg.W):
-        qs, ds = c % cfg.dq_row_slices, c // cfg.dq_row_slices
-        if qs != 0 or ds != c or c % cfg.col_splits != c:
-            errs.append("hd256: ownership is not (r=0, s=c, dq slice c)")
-        piece = dq[64 * qs : 64 * qs + 64, ds * cfg.dq_cols : (ds + 1) * cfg.dq_cols]
-        regs = scatter_acc(piece)
-        # bytes c's dK reads of Q (and dV of dO):
-        # chunks [c * dkv_cols / 64, (c + 1) * dkv_cols / 64)
-        own = set()
-        for ch in range(c * cfg.dkv_cols // 64, (c + 1) * cfg.dkv_cols // 64):
-            own.update(range(ch * cfg.chunk_bytes_q, (ch + 1) * cfg.chunk_bytes_q))
-        for t in range(128):
-            for u in range(2 * P):
-                which = "q" if u < P else "do"
-                byte = c * R + 1024 * (u % P) + 8 * t
-                if byte not in own or byte + 7 not in own:
-                    errs.append(f"hd256: c={c} t={t} u={u} writes outside its own {which} chunks")
-                for e in range(2):
-                    stages[which][byte // 4 + e] = regs[t, 2 * u + e]
-                    written[which][byte // 4 + e] += 1
-        for w in range(4):
-            for u in range(2 * P):
-                bytes_ = [c * R + 1024 * (u % P) + 8 * (32 * w + ln) for ln in range(32)]
-                if bytes_ != list(range(bytes_[0], bytes_[0] + 256, 8)):
-                    errs.append(f"hd256: warp {w} pair {u} of c={c} not 256 contiguous bytes")
-    for k in stages:
-        if (written[k] != 1).any():
-            errs.append(
-                f"hd256: {k} stage bytes written {written[k].min()}..{written[k].max()} times"
-            )
-    tile = np.zeros(BM * D)
-    for c in range(cfg.W):
-        base = 64 * cfg.dq_cols * c
-        tile[base : base + R // 4] += stages["q"][c * R // 4 : (c + 1) * R // 4]
-        tile[base + R // 4 : base + R // 2] += stages["do"][c * R // 4 : (c + 1) * R // 4]
-    ref = np.full(BM * D, np.nan)
-    for c in range(cfg.W):
-        regs = scatter_acc(dq[:, c * cfg.dq_cols : (c + 1) * cfg.dq_cols])
-        for t in range(128):
-            for k in range(cfg.dq_cols // 2):
-                ref[dq_frag_offset(cfg, c, t, k)] = regs[t, k]
-    if not np.array_equal(tile, ref):
-        errs.append("hd256: the bulk adds do not rebuild the fragment-order tile")
-    for row in range(BM):
-        for col in range(0, D, 8):
-            o = dq_accum_offset(cfg, row, col)
-            if not np.array_equal(tile[o : o + 8], dq[row, col : col + 8]):
-                errs.append(f"hd256: postprocess read of row {row} cols {col}..{col + 7}")
-    return errs[:10]
-
-
 def main():
     rng = np.random.default_rng(0)
     errs = []
-    for d, cfg in CONFIGS.items():
-        e1 = check_layouts(cfg, rng)
-        print(f"hd{d}: layouts {'ok' if not e1 else 'FAIL'}")
-        e2 = check_tiling(cfg, rng)
-        print(f"hd{d}: tiling {'ok' if not e2 else 'FAIL'}")
-        e3 = check_dq_tile(cfg)
-        na = " (n/a)" if d == 256 else ""
-        print(f"hd{d}: DqViaTma fragment-order dQ tile {'ok' if not e3 else 'FAIL'}" + na)
-        e5 = check_dq_ring(cfg)
-        if d == 256:
-            print(f"hd{d}: DqInRing dQ pieces in the Q/dO ring stages {'ok' if not e5 else 'FAIL'}")
-        errs += e1 + e2 + e3 + e5
-    e6 = check_layouts(CFG_SPLIT, rng)
-    print(f"hd256 SplitSdP (variant 20): layouts {'ok' if not e6 else 'FAIL'}")
-    errs += e6
-    e4 = check_dq_order()
-    verdict = "ok" if not e4 else "FAIL"
-    print(f"deterministic dQ order (ranks, no deadlock, 1500 random shapes) {verdict}")
-    errs += e4
+
+    def report(what, e):
+        print(f"{what} {'ok' if not e else 'FAIL'}")
+        errs.extend(e)
+
+    for cfg in CONFIGS:
+        report(f"{cfg.name}: layouts", check_layouts(cfg, rng))
+        report(f"{cfg.name}: tiling", check_tiling(cfg, rng))
+        report(
+            f"{cfg.name}: fragment-order dQ tile (stage_dq_tile, bulk reduce, postprocess)",
+            check_dq_tile(cfg),
+        )
+    report("BwdHd256: layouts (64 x 80, transposed products)", check_layouts_kv80(rng))
+    report("BwdHd256: tiling", check_tiling(KV80, rng))
+    report("BwdHd256: fragment-order dQ pieces (kv80_add_dq, postprocess)", check_dq_tile_kv80())
+    report("BwdHd256: dK/dV epilogue staging", check_epilogue_kv80(rng))
+    report("deterministic dQ order (ranks, no deadlock, 1500 random shapes)", check_dq_order())
     for e in errs:
         print("  ", e)
     return 1 if errs else 0
