@@ -11,21 +11,47 @@ from jax_fa4 import _compat
 from jax_fa4.primitives import fa4_bwd_p, fa4_fwd_p
 from jax_fa4.validation import check_flag, check_qkv, check_softmax_scale
 
+Residuals = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]
+
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _attention_core(q, k, v, softmax_scale: float, causal: bool, deterministic: bool):
+def _attention_core(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    softmax_scale: float,
+    causal: bool,
+    deterministic: bool,
+) -> tuple[jax.Array, jax.Array]:
+    """The checked call, differentiable: q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv]
+    -> (o [b, sq, hq, dv] in q's dtype, lse float32 [b, hq, sq])."""
     del deterministic  # a backward-only option
     o, lse = fa4_fwd_p.bind(q, k, v, softmax_scale=softmax_scale, causal=causal)
     return o, lse
 
 
-def _attention_core_fwd(q, k, v, softmax_scale, causal, deterministic):
+def _attention_core_fwd(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    softmax_scale: float,
+    causal: bool,
+    deterministic: bool,
+) -> tuple[tuple[jax.Array, jax.Array], Residuals]:
+    """((o, lse), residuals (q, k, v, o, lse)): the backward recomputes the scores from them."""
     del deterministic
     o, lse = fa4_fwd_p.bind(q, k, v, softmax_scale=softmax_scale, causal=causal)
     return (o, lse), (q, k, v, o, lse)
 
 
-def _attention_core_bwd(softmax_scale, causal, deterministic, residuals, cotangents):
+def _attention_core_bwd(
+    softmax_scale: float,
+    causal: bool,
+    deterministic: bool,
+    residuals: Residuals,
+    cotangents: tuple[jax.Array, jax.Array],
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(dq, dk, dv) shaped like (q, k, v) from the cotangents (do, dlse) of (o, lse)."""
     q, k, v, o, lse = residuals
     do, dlse = cotangents
     do = jnp.asarray(do, o.dtype)
@@ -75,8 +101,9 @@ def attention(
         dk and dv bits on every run (same device, same shapes). The forward always is, and so
         are dk and dv; only the GPU kernel's dq is summed by float32 atomics whose order the
         hardware picks, and ``True`` orders those adds (key block by key block, per query block;
-        a semaphore in the workspace), at some cost in backward speed, to be measured on the
-        H200. On the CPU the backward is always deterministic and this flag changes nothing.
+        a semaphore in the workspace), at some cost in backward speed (README.md gives the
+        measured cost). On the CPU the backward is always deterministic and this flag changes
+        nothing.
         The values are as accurate either way (only the summation order is fixed).
 
     Returns:

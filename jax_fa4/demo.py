@@ -32,7 +32,8 @@ def main() -> None:
 
     device = jax.devices()[0]
     on_gpu = device.platform == "gpu"
-    # The oracle: float64 on the CPU, float32 on the GPU (bf16 inputs there); see DESIGN.md.
+    # The oracle: float64 on the CPU, float32 on the GPU (bf16 inputs there); see the error rule
+    # of docs/design.md.
     oracle_dtype = jnp.float32 if on_gpu else jnp.float64
     if not on_gpu:
         jax.config.update("jax_enable_x64", True)
@@ -70,7 +71,8 @@ def main() -> None:
         oracle, _ = jax_fa4.attention_reference(q, k, v, causal=causal, compute_dtype=oracle_dtype)
         err = float(jnp.max(jnp.abs(o.astype(oracle_dtype) - oracle)))
         peer_err = float(jnp.max(jnp.abs(ref(q, k, v).astype(oracle_dtype) - oracle)))
-        # DESIGN.md's rule: at most 2x the peer's error plus a few units of rounding.
+        # The error rule of docs/design.md: at most 2x the peer's error plus a few units of
+        # rounding.
         ulps = 1 if jnp.dtype(dtype).itemsize == 2 else 8
         floor = ulps * float(jnp.finfo(dtype).eps) * float(jnp.max(jnp.abs(oracle)))
         passed = err <= 2 * peer_err + floor

@@ -1,4 +1,4 @@
-"""The two JAX primitives behind jax_fa4.attention and their rules.
+"""The two JAX primitives behind jax_fa4.attention: their abstract evaluation and batching.
 
 fa4_fwd_p(q, k, v) -> (o, lse)
 fa4_bwd_p(q, k, v, o, lse, do, dlse) -> (dq, dk, dv)
@@ -7,12 +7,13 @@ q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv], o/do [b, sq, hq, dv], l
 [b, hq, sq]. Parameters: softmax_scale (Python float, lowered as f64) and causal (bool, i1); the
 backward also deterministic (bool, i1, default False when not bound: bitwise reproducible
 gradients; the CUDA kernel then orders its dQ adds, the CPU kernel always is and ignores it).
-Each primitive has an abstract evaluation, a lowering per platform to an XLA FFI target
-(jax_fa4_{fwd,bwd}_{cpu,cuda}; jax_fa4_bwd_cuda's custom call has a fourth result, its uint8
-device workspace, which the lowering drops) and a batching rule that folds the vmapped axis into
-the kernel's batch (or, for the forward with only q mapped, into its heads): never a loop. Under a
-multi-device jit the lowering wraps the kernel in jax_fa4.sharding's custom_partitioning; in
-shard_map, outputs vary over the union of the inputs' varying manual axes.
+Each primitive has an abstract evaluation (in shard_map, outputs vary over the union of the
+inputs' varying manual axes), an eager implementation (jit of the primitive alone) and a batching
+rule that folds the vmapped axis into the kernel's batch (or, for the forward with only q mapped,
+into its heads): never a loop.
+
+Their lowerings to the XLA FFI targets are in :mod:`jax_fa4.lowering`, registered when the
+package is imported; this module depends on nothing of jax_fa4 but :mod:`jax_fa4._compat`.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 from jax.extend.core import Primitive
-from jax.interpreters import batching, mlir, xla
+from jax.interpreters import batching, xla
 
-from jax_fa4 import _compat, _ffi
-from jax_fa4.validation import check_cuda_support
+from jax_fa4 import _compat
 
 fa4_fwd_p = Primitive("fa4_fwd")
 fa4_fwd_p.multiple_results = True
@@ -56,7 +56,16 @@ def _aval_like(
     return _compat.with_varying_axes(out, varying)
 
 
-def _fwd_abstract_eval(q, k, v, *, softmax_scale: float, causal: bool):
+def _fwd_abstract_eval(
+    q: jax.core.ShapedArray,
+    k: jax.core.ShapedArray,
+    v: jax.core.ShapedArray,
+    *,
+    softmax_scale: float,
+    causal: bool,
+) -> tuple[jax.core.ShapedArray, jax.core.ShapedArray]:
+    """q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv] -> o [b, sq, hq, dv] in q's dtype
+    (sharded like q), lse float32 [b, hq, sq]."""
     del softmax_scale, causal
     b, sq, hq, _ = q.shape
     dv = v.shape[3]
@@ -68,8 +77,20 @@ def _fwd_abstract_eval(q, k, v, *, softmax_scale: float, causal: bool):
 
 
 def _bwd_abstract_eval(
-    q, k, v, o, lse, do, dlse, *, softmax_scale: float, causal: bool, deterministic: bool = False
-):
+    q: jax.core.ShapedArray,
+    k: jax.core.ShapedArray,
+    v: jax.core.ShapedArray,
+    o: jax.core.ShapedArray,
+    lse: jax.core.ShapedArray,
+    do: jax.core.ShapedArray,
+    dlse: jax.core.ShapedArray,
+    *,
+    softmax_scale: float,
+    causal: bool,
+    deterministic: bool = False,
+) -> tuple[jax.core.ShapedArray, jax.core.ShapedArray, jax.core.ShapedArray]:
+    """(q, k, v, o, lse, do, dlse) as in the module doc -> (dq, dk, dv) shaped and typed like
+    (q, k, v)."""
     del softmax_scale, causal, deterministic
     varying = _compat.union_varying_axes((q, k, v, o, lse, do, dlse))
     return tuple(_compat.with_varying_axes(x.update(), varying) for x in (q, k, v))
@@ -82,119 +103,23 @@ fa4_bwd_p.def_impl(lambda *args, **params: xla.apply_primitive(fa4_bwd_p, *args,
 
 
 # ---------------------------------------------------------------------------------------------
-# Lowering, one rule per platform
-# ---------------------------------------------------------------------------------------------
-
-
-def _check_target(name: str, platform: str) -> None:
-    if not _ffi.has_target(name, platform):
-        if platform == "cuda" and not _ffi.built_with_cuda():
-            raise NotImplementedError(
-                "jax_fa4 was built without its CUDA kernels (no nvcc was found when it was "
-                "installed), so it cannot run on this GPU. Reinstall it where the CUDA toolkit "
-                "(nvcc 12.4+) is on PATH, or run on the CPU with jax.default_device"
-            )
-        raise NotImplementedError(f"jax_fa4 has no {platform} kernel for {name!r}")
-
-
-def _check_sm90() -> None:
-    for dev in jax.local_devices():
-        if dev.platform != "gpu":
-            continue
-        cc = getattr(dev, "compute_capability", None)
-        if cc is not None and str(cc) != "9.0":
-            raise NotImplementedError(
-                f"jax_fa4's CUDA kernels need a Hopper GPU (compute capability 9.0, sm_90a: "
-                f"H100/H200); {dev.device_kind} has compute capability {cc}"
-            )
-
-
-def _cuda_bwd_workspace(ctx) -> list[jax.core.ShapedArray]:
-    """The Hopper backward's float32 workspace (dQ accumulator, lse*log2e, delta'), as one uint8
-    result of its custom call; its size comes from the extension (cuda/hopper/bwd_workspace.h)."""
-    b, sq, hq, d = ctx.avals_in[0].shape
-    if not all(isinstance(x, int) for x in (b, sq, hq, d)):
-        raise NotImplementedError(
-            f"jax_fa4's CUDA backward needs static shapes (its workspace size depends on them); "
-            f"got q of shape {ctx.avals_in[0].shape}"
-        )
-    nbytes = _ffi.cuda_bwd_workspace_bytes(b, sq, hq, d)
-    return [jax.core.ShapedArray((nbytes,), jnp.uint8)]
-
-
-# Results a target writes besides the primitive's outputs (device workspace): the custom call
-# gets them after the outputs, and the lowering drops them. XLA allocates them like any output.
-_EXTRA_RESULTS = {"jax_fa4_bwd_cuda": _cuda_bwd_workspace}
-
-
-def _ffi_call(target: str, ctx, *args, **params):
-    """The custom call of `target` on this lowering's operands, with its extra results if any."""
-    extra = _EXTRA_RESULTS.get(target)
-    if extra is None:
-        return jax.ffi.ffi_lowering(target)(ctx, *args, **params)
-    n_out = len(ctx.avals_out)
-    # ffi_lowering takes the custom call's result types and layouts from ctx.avals_out.
-    call_ctx = ctx.replace(avals_out=[*ctx.avals_out, *extra(ctx)])
-    return list(jax.ffi.ffi_lowering(target)(call_ctx, *args, **params))[:n_out]
-
-
-def _lower(kind: str, platform: str):
-    target = (_ffi.FWD_TARGET if kind == "fwd" else _ffi.BWD_TARGET).format(platform=platform)
-
-    def rule(ctx, *args, softmax_scale: float, causal: bool, **bwd_params):
-        _check_target(target, platform)
-        if platform == "cuda":
-            _check_sm90()
-            q_aval, _, v_aval = ctx.avals_in[:3]
-            check_cuda_support(q_aval.dtype, q_aval.shape[3], v_aval.shape[3])
-        params = dict(softmax_scale=float(softmax_scale), causal=bool(causal))
-        if kind == "bwd":  # deterministic: the backward's only extra parameter
-            params["deterministic"] = bool(bwd_params.pop("deterministic", False))
-        assert not bwd_params, f"unknown parameters of fa4_{kind}: {sorted(bwd_params)}"
-        # Checks above run here, at lowering, never inside a partitioning callback (where an
-        # exception can abort the process).
-        from jax_fa4 import sharding
-
-        if sharding.partitions_here(ctx):
-            return sharding.lower_partitioned(kind, ctx, *args, **params)
-        # Per-shard lowerings of a partitioned program come back through this rule (their
-        # context is manual, so partitions_here is False): the extra results are added there.
-        return _ffi_call(target, ctx, *args, **params)
-
-    return rule
-
-
-def _lower_unsupported(platform: str):
-    def rule(ctx, *args, **params):
-        raise NotImplementedError(
-            f"jax_fa4 has kernels for the CPU and for NVIDIA Hopper GPUs only; got platform "
-            f"{platform!r}"
-        )
-
-    return rule
-
-
-for _prim, _kind in ((fa4_fwd_p, "fwd"), (fa4_bwd_p, "bwd")):
-    mlir.register_lowering(_prim, _lower_unsupported("this one"))
-    mlir.register_lowering(_prim, _lower(_kind, "cpu"), platform="cpu")
-    mlir.register_lowering(_prim, _lower(_kind, "cuda"), platform="cuda")
-    mlir.register_lowering(_prim, _lower_unsupported("rocm"), platform="rocm")
-
-
-# ---------------------------------------------------------------------------------------------
 # Batching
 # ---------------------------------------------------------------------------------------------
 
 
-def _axis_size(args, dims) -> int:
+def _axis_size(args: Sequence[jax.Array], dims: Sequence[int | None]) -> int:
+    """The size of the vmapped axis (dims[i]: the mapped axis of args[i], None if unmapped)."""
     for x, d in zip(args, dims, strict=True):
         if d is not None:
             return x.shape[d]
     raise AssertionError("batching rule called with no mapped operand")
 
 
-def _fold_into_batch(args, dims, size: int) -> list[jax.Array]:
-    """Moves each mapped axis (broadcasting unmapped operands) into axis 0: [n*b, ...]."""
+def _fold_into_batch(
+    args: Sequence[jax.Array], dims: Sequence[int | None], size: int
+) -> list[jax.Array]:
+    """Moves each mapped axis (broadcasting unmapped operands) into axis 0: x [..., n, ...] with
+    x's own leading axis b becomes [n*b, ...] (n = `size`, major)."""
     out = []
     for x, d in zip(args, dims, strict=True):
         x = jnp.broadcast_to(x, (size, *x.shape)) if d is None else jnp.moveaxis(x, d, 0)
@@ -203,10 +128,18 @@ def _fold_into_batch(args, dims, size: int) -> list[jax.Array]:
 
 
 def _unfold_batch(x: jax.Array, size: int) -> jax.Array:
+    """Inverse of :func:`_fold_into_batch` for one result: [n*b, ...] -> [n, b, ...]."""
     return x.reshape((size, x.shape[0] // size, *x.shape[1:]))
 
 
-def _fwd_batch(args, dims, *, softmax_scale: float, causal: bool):
+def _fwd_batch(
+    args: Sequence[jax.Array],
+    dims: Sequence[int | None],
+    *,
+    softmax_scale: float,
+    causal: bool,
+) -> tuple[tuple[jax.Array, jax.Array], tuple[int, int]]:
+    """vmap of fa4_fwd_p: one kernel call on the folded batch, ((o, lse), their mapped axes)."""
     q, k, v = args
     qd, kd, vd = dims
     size = _axis_size(args, dims)
@@ -224,7 +157,15 @@ def _fwd_batch(args, dims, *, softmax_scale: float, causal: bool):
     return (_unfold_batch(o, size), _unfold_batch(lse, size)), (0, 0)
 
 
-def _bwd_batch(args, dims, *, softmax_scale: float, causal: bool, deterministic: bool = False):
+def _bwd_batch(
+    args: Sequence[jax.Array],
+    dims: Sequence[int | None],
+    *,
+    softmax_scale: float,
+    causal: bool,
+    deterministic: bool = False,
+) -> tuple[list[jax.Array], tuple[int, int, int]]:
+    """vmap of fa4_bwd_p: one kernel call on the folded batch, ([dq, dk, dv], mapped axes 0)."""
     size = _axis_size(args, dims)
     outs = fa4_bwd_p.bind(
         *_fold_into_batch(args, dims, size),

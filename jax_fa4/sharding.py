@@ -1,7 +1,8 @@
 """Automatic partitioning of the attention primitives under ``jax.jit`` (custom_partitioning).
 
 When a multi-device ``jax.jit`` computation holds ``fa4_fwd_p`` / ``fa4_bwd_p``, their lowering
-wraps the kernel in :func:`jax.experimental.custom_partitioning.custom_partitioning` with
+(:mod:`jax_fa4.lowering`, through :func:`partitions_here` and :func:`lower_partitioned`) wraps
+the kernel in :func:`jax.experimental.custom_partitioning.custom_partitioning` with
 
 * a Shardy ``sharding_rule`` (the default partitioner since jax 0.7): factors
   ``q [b, s, (h g), d]``, ``k [b, t, h, d]``, ``v [b, t, h, e]`` -> ``o [b, s, (h g), e]``,
@@ -20,8 +21,9 @@ wraps the kernel in :func:`jax.experimental.custom_partitioning.custom_partition
     their heads, each device slices the one kv head its q heads use, and the backward sums
     dK/dV over the heads axes;
   - q's sequence split over axes A with a causal mask (needs ``seq_q == seq_k``): k and v split
-    the same way (resharded if they are not) and ring attention over A (:mod:`jax_fa4.ring`,
-    contiguous layout, balanced by moving the chunks into the zig-zag order first);
+    the same way (resharded if they are not) and ring attention over A
+    (:func:`jax_fa4.ring_engine.ring_fwd_local`, contiguous layout, balanced by moving the
+    chunks into the zig-zag order first);
   - q's sequence split without a mask: the same ring when k's sequence is split over A too,
     otherwise each device attends its queries to all keys (the backward sums dK/dV over A);
   - anything else (head-dim splits, sequence or head counts the axes do not divide, a causal
@@ -35,17 +37,19 @@ callback can abort the process (these callbacks are therefore kept free of check
 fail; argument checks run before, at trace and lowering time). Do not set jax's
 ``jax_remove_custom_partitioning_ptr_from_cache_key`` for programs holding jax_fa4 calls: the
 partitioning callbacks close over ``softmax_scale``, ``causal`` (and the backward's
-``deterministic``), which then no longer reach
-the cache key, so two programs differing only in them would share a cache entry. Set the
-environment variable ``JAX_FA4_AUTO_PARTITION=0`` before importing jax_fa4 to lower the plain
-kernel everywhere instead: the partitioner then replicates attention's operands (correct, but it
-all-gathers them), and the program caches like any other.
+``deterministic``), which then no longer reach the cache key, so two programs differing only
+in them would share a cache entry. Set the environment variable ``JAX_FA4_AUTO_PARTITION=0``
+before importing jax_fa4 to lower the plain kernel everywhere instead: the partitioner then
+replicates attention's operands (correct, but it all-gathers them), and the program caches like
+any other.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -60,7 +64,7 @@ from jax.interpreters import mlir
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_fa4 import _compat, ring
+from jax_fa4 import _compat, ring_engine
 from jax_fa4.primitives import fa4_bwd_p, fa4_fwd_p
 
 ENABLED: bool = os.environ.get("JAX_FA4_AUTO_PARTITION", "1").strip().lower() not in (
@@ -71,6 +75,13 @@ ENABLED: bool = os.environ.get("JAX_FA4_AUTO_PARTITION", "1").strip().lower() no
 )
 
 Axes = tuple[str, ...]
+# What custom_partitioning's callbacks receive: the mesh (an empty one when the computation has
+# no named mesh) and, per operand/result, a jax.ShapeDtypeStruct with a .sharding (decoded or
+# not) or, for the Shardy rule, an MLIR type with a .shape.
+Mesh = Any
+ShapeInfo = Any
+# A partition callback's result: (mesh, per-device body, result shardings, operand shardings).
+Partition = tuple[Mesh, Callable[..., tuple[jax.Array, ...]], tuple, tuple]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -78,7 +89,7 @@ Axes = tuple[str, ...]
 # ---------------------------------------------------------------------------------------------
 
 
-def _axes(entry) -> Axes:
+def _axes(entry: str | tuple[str, ...] | None) -> Axes:
     """A PartitionSpec entry as a tuple of mesh axis names."""
     if entry is None:
         return ()
@@ -87,7 +98,8 @@ def _axes(entry) -> Axes:
     return (entry,)
 
 
-def _entry(axes: Axes):
+def _entry(axes: Axes) -> str | Axes | None:
+    """Mesh axis names as a PartitionSpec entry (None, one name or a tuple of names)."""
     if not axes:
         return None
     return axes[0] if len(axes) == 1 else axes
@@ -180,7 +192,8 @@ def plan_for(
     return Plan(batch, heads, kv_heads, seq, ring=ring_ok)
 
 
-def _plan_from_shapes(mesh, arg_shapes, causal: bool) -> Plan:
+def _plan_from_shapes(mesh: Mesh, arg_shapes: Sequence[ShapeInfo], causal: bool) -> Plan:
+    """The plan of one call from its operands q [b, sq, hq, d] and k [b, sk, hkv, d]."""
     q, k = arg_shapes[0], arg_shapes[1]
     if getattr(mesh, "empty", True):
         return Plan()
@@ -199,11 +212,11 @@ def _plan_from_shapes(mesh, arg_shapes, causal: bool) -> Plan:
 # ---------------------------------------------------------------------------------------------
 
 
-def _shape(t) -> tuple[int, ...]:
+def _shape(t: ShapeInfo) -> tuple[int, ...]:
     return tuple(t.shape)
 
 
-def _q_heads(hq: int, hkv: int):
+def _q_heads(hq: int, hkv: int) -> tuple[str | CompoundFactor, dict[str, int]]:
     """The q-heads factor: ``(h g)`` for GQA (h = kv heads, major), ``h`` without GQA, ``g``
     (unrelated to k's size-1 head axis) for MQA."""
     g = hq // hkv if hkv and hq % hkv == 0 else 1
@@ -214,7 +227,14 @@ def _q_heads(hq: int, hkv: int):
     return CompoundFactor("h", "g"), {"g": g}
 
 
-def _fwd_rule(softmax_scale, causal, mesh, value_types, result_types):
+def _fwd_rule(
+    softmax_scale: float,
+    causal: bool,
+    mesh: Mesh,
+    value_types: Sequence[ShapeInfo],
+    result_types: Sequence[ShapeInfo],
+) -> SdyShardingRule:
+    """Shardy's factors of the forward (module doc): (q, k, v) -> (o, lse)."""
     del softmax_scale, causal, mesh, result_types
     hq, hkv = _shape(value_types[0])[2], _shape(value_types[1])[2]
     qh, sizes = _q_heads(hq, hkv)
@@ -230,7 +250,15 @@ def _fwd_rule(softmax_scale, causal, mesh, value_types, result_types):
     )
 
 
-def _bwd_rule(softmax_scale, causal, deterministic, mesh, value_types, result_types):
+def _bwd_rule(
+    softmax_scale: float,
+    causal: bool,
+    deterministic: bool,
+    mesh: Mesh,
+    value_types: Sequence[ShapeInfo],
+    result_types: Sequence[ShapeInfo],
+) -> SdyShardingRule:
+    """Shardy's factors of the backward: (q, k, v, o, lse, do, dlse) -> (dq, dk, dv)."""
     del softmax_scale, causal, deterministic, mesh, result_types
     hq, hkv = _shape(value_types[0])[2], _shape(value_types[1])[2]
     qh, sizes = _q_heads(hq, hkv)
@@ -249,11 +277,26 @@ def _bwd_rule(softmax_scale, causal, deterministic, mesh, value_types, result_ty
 # ---------------------------------------------------------------------------------------------
 
 
-def _fwd_impl(q, k, v, softmax_scale, causal):
+def _fwd_impl(
+    q: jax.Array, k: jax.Array, v: jax.Array, softmax_scale: float, causal: bool
+) -> tuple[jax.Array, jax.Array]:
+    """The unpartitioned forward: (o [b, sq, hq, dv], lse float32 [b, hq, sq])."""
     return tuple(fa4_fwd_p.bind(q, k, v, softmax_scale=softmax_scale, causal=causal))
 
 
-def _bwd_impl(q, k, v, o, lse, do, dlse, softmax_scale, causal, deterministic):
+def _bwd_impl(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    o: jax.Array,
+    lse: jax.Array,
+    do: jax.Array,
+    dlse: jax.Array,
+    softmax_scale: float,
+    causal: bool,
+    deterministic: bool,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The unpartitioned backward: (dq, dk, dv) shaped like (q, k, v)."""
     return tuple(
         fa4_bwd_p.bind(
             q,
@@ -270,7 +313,7 @@ def _bwd_impl(q, k, v, o, lse, do, dlse, softmax_scale, causal, deterministic):
     )
 
 
-def _named_mesh(mesh, arg_shapes):
+def _named_mesh(mesh: Mesh, arg_shapes: Sequence[ShapeInfo]) -> jax.sharding.Mesh:
     """`mesh`, or, when the computation has no named mesh (then the plan is empty and everything
     is replicated), a one-axis mesh over the computation's devices."""
     if not getattr(mesh, "empty", True):
@@ -279,8 +322,10 @@ def _named_mesh(mesh, arg_shapes):
     return jax.sharding.Mesh(np.array(devices), ("_jax_fa4_devices",))
 
 
-def _shardings(mesh, plan: Plan) -> tuple[NamedSharding, NamedSharding, NamedSharding]:
-    """(q/o, k/v, lse) shardings of `plan`."""
+def _shardings(
+    mesh: jax.sharding.Mesh, plan: Plan
+) -> tuple[NamedSharding, NamedSharding, NamedSharding]:
+    """(q/o/do/dq, k/v/dk/dv, lse/dlse) shardings of `plan`."""
     return (
         NamedSharding(mesh, plan.q_spec()),
         NamedSharding(mesh, plan.kv_spec()),
@@ -288,15 +333,23 @@ def _shardings(mesh, plan: Plan) -> tuple[NamedSharding, NamedSharding, NamedSha
     )
 
 
-def _fwd_infer(softmax_scale, causal, mesh, arg_shapes, result_shape):
+def _fwd_infer(
+    softmax_scale: float,
+    causal: bool,
+    mesh: Mesh,
+    arg_shapes: Sequence[ShapeInfo],
+    result_shape: Sequence[ShapeInfo],
+) -> tuple[NamedSharding, NamedSharding]:
+    """GSPMD: the (o, lse) shardings the forward's plan gives."""
     del softmax_scale, result_shape
     plan = _plan_from_shapes(mesh, arg_shapes, causal)
     q_s, _, lse_s = _shardings(_named_mesh(mesh, arg_shapes), plan)
     return (q_s, lse_s)
 
 
-def _pick_kv_head(plan: Plan, *kvs):
-    """Each device's slice of the kv heads when only q's heads are split (``not kv_heads``)."""
+def _pick_kv_head(plan: Plan, *kvs: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array | None]:
+    """Each device's slice of the kv heads when only q's heads are split (``not kv_heads``):
+    ((k, v) [b, t, 1, d] each, the kv head's index), or (kvs unchanged, None) otherwise."""
     if not plan.heads or plan.kv_heads:
         return kvs, None
     hkv = kvs[0].shape[2]
@@ -305,7 +358,14 @@ def _pick_kv_head(plan: Plan, *kvs):
     return tuple(jax.lax.dynamic_slice_in_dim(x, idx, 1, axis=2) for x in kvs), idx
 
 
-def _fwd_partition(softmax_scale, causal, mesh, arg_shapes, result_shape):
+def _fwd_partition(
+    softmax_scale: float,
+    causal: bool,
+    mesh: Mesh,
+    arg_shapes: Sequence[ShapeInfo],
+    result_shape: Sequence[ShapeInfo],
+) -> Partition:
+    """The forward's per-device body under its plan, and the shardings it needs."""
     del result_shape
     plan = _plan_from_shapes(mesh, arg_shapes, causal)
     mesh = _named_mesh(mesh, arg_shapes)
@@ -314,7 +374,7 @@ def _fwd_partition(softmax_scale, causal, mesh, arg_shapes, result_shape):
     def lower_fn(q, k, v):
         (k, v), _ = _pick_kv_head(plan, k, v)
         if plan.ring:
-            return ring.ring_fwd_local(
+            return ring_engine.ring_fwd_local(
                 q,
                 k,
                 v,
@@ -328,14 +388,30 @@ def _fwd_partition(softmax_scale, causal, mesh, arg_shapes, result_shape):
     return mesh, lower_fn, (q_s, lse_s), (q_s, kv_s, kv_s)
 
 
-def _bwd_infer(softmax_scale, causal, deterministic, mesh, arg_shapes, result_shape):
+def _bwd_infer(
+    softmax_scale: float,
+    causal: bool,
+    deterministic: bool,
+    mesh: Mesh,
+    arg_shapes: Sequence[ShapeInfo],
+    result_shape: Sequence[ShapeInfo],
+) -> tuple[NamedSharding, NamedSharding, NamedSharding]:
+    """GSPMD: the (dq, dk, dv) shardings the backward's plan gives."""
     del softmax_scale, deterministic, result_shape
     plan = _plan_from_shapes(mesh, arg_shapes, causal)
     q_s, kv_s, _ = _shardings(_named_mesh(mesh, arg_shapes), plan)
     return (q_s, kv_s, kv_s)
 
 
-def _bwd_partition(softmax_scale, causal, deterministic, mesh, arg_shapes, result_shape):
+def _bwd_partition(
+    softmax_scale: float,
+    causal: bool,
+    deterministic: bool,
+    mesh: Mesh,
+    arg_shapes: Sequence[ShapeInfo],
+    result_shape: Sequence[ShapeInfo],
+) -> Partition:
+    """The backward's per-device body under its plan, and the shardings it needs."""
     del result_shape
     plan = _plan_from_shapes(mesh, arg_shapes, causal)
     mesh = _named_mesh(mesh, arg_shapes)
@@ -345,7 +421,7 @@ def _bwd_partition(softmax_scale, causal, deterministic, mesh, arg_shapes, resul
         hkv = k.shape[2]
         (k_loc, v_loc), kv_idx = _pick_kv_head(plan, k, v)
         if plan.ring:
-            dq, dk, dv = ring.ring_bwd_local(
+            dq, dk, dv = ring_engine.ring_bwd_local(
                 q,
                 k_loc,
                 v_loc,
@@ -403,11 +479,11 @@ _bwd_cp.def_partition(
 
 
 # ---------------------------------------------------------------------------------------------
-# Hook used by the primitives' lowering rules
+# Used by the primitives' lowering rules (jax_fa4.lowering)
 # ---------------------------------------------------------------------------------------------
 
 
-def partitions_here(ctx) -> bool:
+def partitions_here(ctx: mlir.LoweringRuleContext) -> bool:
     """Whether this lowering is of a multi-device, automatically partitioned computation.
 
     False on one device, inside shard_map (the kernel runs on the shard it is given) and when
@@ -422,9 +498,16 @@ def partitions_here(ctx) -> bool:
     return ctx_axes.num_devices > 1 and ctx_axes.device_assignment is not None
 
 
-def lower_partitioned(kind: str, ctx, *args, softmax_scale: float, causal: bool, **bwd_params):
-    """Lowers fa4_{kind}_p through its custom_partitioning wrapper (the backward's parameters
-    also hold ``deterministic``)."""
+def lower_partitioned(
+    kind: str,
+    ctx: mlir.LoweringRuleContext,
+    *args: mlir.ir.Value,
+    softmax_scale: float,
+    causal: bool,
+    **bwd_params: bool,
+) -> Sequence[mlir.ir.Value]:
+    """Lowers fa4_{kind}_p (kind "fwd" or "bwd") through its custom_partitioning wrapper; the
+    backward's parameters also hold ``deterministic``. Returns the primitive's results."""
     cp = _fwd_cp if kind == "fwd" else _bwd_cp
     static = (softmax_scale, causal)
     if kind == "bwd":

@@ -19,6 +19,6 @@ def pytest_terminal_summary(terminalreporter):
     if WORST:
         ratio, name = max(WORST)
         terminalreporter.write_line(
-            f"numerics: {len(WORST)} checks by the DESIGN.md rule; worst error / allowed bound = "
-            f"{ratio:.3f} ({name})"
+            f"numerics: {len(WORST)} checks by the error rule of docs/design.md; worst error / "
+            f"allowed bound = {ratio:.3f} ({name})"
         )

@@ -138,8 +138,8 @@ def test_cuda_backward_has_a_workspace_result_of_the_extensions_size():
 
 
 def _formula(b, sq, hq, d):
-    """bwd_workspace.h's layout in Python: dq_accum, the semaphores + the tile counter, lse2, delta,
-    each rounded up to 256 bytes, + 256 slack."""
+    """cuda/hopper/bwd/workspace.h's layout in Python: dq_accum, the semaphores + the tile
+    counter, lse2, delta, each rounded up to 256 bytes, + 256 slack."""
     rows = b * hq * ((sq + 127) // 128 * 128)
 
     def up(x):

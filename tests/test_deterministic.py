@@ -1,5 +1,5 @@
-"""``deterministic=True`` (issue 4 item 3) on the CPU: the parameter reaches every path (jit, grad,
-vmap, automatic partitioning, ring attention, the Flax adapter) and the kernel's FFI attribute.
+"""``deterministic=True`` on the CPU: the parameter reaches every path (jit, grad, vmap,
+automatic partitioning, ring attention, the Flax adapter) and the kernel's FFI attribute.
 
 The CPU backward is deterministic either way (no atomics: every sum runs in a fixed order), so
 here deterministic=True must give exactly the default's gradients, and those pass the tolerance
@@ -145,8 +145,8 @@ def _mesh(shape, names):
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_partitioned_jit_passes_the_flag_and_matches_one_device(causal):
-    """Batch + sequence split under jit: custom_partitioning (its static args now hold
-    deterministic) and, for the sequence, the ring backward inside it."""
+    """Batch + sequence split under jit: custom_partitioning (deterministic is one of its static
+    args) and, for the sequence, the ring backward inside it."""
     mesh = _mesh((2, 4), ("b", "s"))
     q, k, v = random_qkv(jax.random.key(5), 2, 64, 64, 4, 2, 32, 32, jnp.float32)
     spec = P("b", "s")
@@ -232,8 +232,8 @@ def test_flax_adapter_deterministic_backward():
 
 
 def test_binding_the_backward_primitive_without_the_flag_means_false():
-    """fa4_bwd_p is public: a bind without ``deterministic`` (code written before it existed)
-    still evaluates, lowers (attribute false) and batches."""
+    """fa4_bwd_p is public and ``deterministic`` is optional on it: a bind without it still
+    evaluates, lowers (attribute false) and batches."""
     q, k, v = random_qkv(jax.random.key(8), 1, 16, 16, 2, 2, 32, 32, jnp.float32)
     o, lse = jax_fa4.fa4_fwd_p.bind(q, k, v, softmax_scale=0.25, causal=False)
 

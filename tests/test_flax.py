@@ -3,8 +3,8 @@ flax.linen.MultiHeadDotProductAttention.
 
 Each numerical check runs the same module (same weights) three ways: with jax_fa4's attention_fn in
 float32 (got), with Flax's default attention_fn in float32 (the plain-XLA baseline) and with the
-default attention_fn in float64 (the oracle), and applies the DESIGN.md rule to the outputs and to
-the gradients with respect to every parameter and the inputs.
+default attention_fn in float64 (the oracle), and applies the error rule of docs/design.md to the
+outputs and to the gradients with respect to every parameter and the inputs.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _cast_tree(tree, dtype):
 
 
 def _check_trees(name, got, base, oracle, dtype):
-    """The DESIGN.md rule leaf by leaf (output, then every gradient).
+    """The error rule of docs/design.md leaf by leaf (output, then every gradient).
 
     The gradient of the key projection's bias is zero in exact arithmetic (it adds the same
     q . b_k to every score of a query row, which the softmax cancels): what remains is rounding

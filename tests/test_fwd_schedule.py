@@ -1,4 +1,5 @@
-"""The persistent causal forward kernel's tile order, chosen on the host (fwd_schedule.h).
+"""The persistent causal forward kernel's tile order, chosen on the host
+(cuda/hopper/fwd/schedule_model.h).
 
 The kernel deals the longest-first (Lpt) order in sections of (head, batch) pairs boustrophedon
 over its CTAs; the launcher picks the section size whose K/V fits in L2 and whose busiest CTA the
@@ -71,8 +72,8 @@ def test_section_is_the_best_that_fits_l2(shape):
 
 
 def test_hd64_2k_is_balanced_and_l2_sized():
-    """The session-9 motivation: one section over all 256 pairs reads every tile's K/V from DRAM
-    and loads its busiest CTA 3% above the mean; the chosen sections fit L2 and stay within 1%."""
+    """Why sections: one section over all 256 pairs reads every tile's K/V from DRAM and loads
+    its busiest CTA 3% above the mean; the chosen sections fit L2 and stay within 1%."""
     seq, pairs, bm, bn, ctas = 2048, 256, 192, 128, 132
     section, busiest = _jax_fa4_ext.cuda_fwd_persistent_section(
         seq, seq, pairs, seq * 64 * 4, bm, bn, ctas

@@ -166,8 +166,8 @@ def test_ring_over_two_axes_with_batch_split():
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 def test_ring_low_precision_by_rule(dtype):
-    """16-bit inputs: the ring's o, lse and gradients pass the DESIGN.md rule against a float64
-    oracle (the baseline: the plain jnp reference computed in the input dtype)."""
+    """16-bit inputs: the ring's o, lse and gradients pass the error rule of docs/design.md
+    against a float64 oracle (the baseline: the plain jnp reference in the input dtype)."""
     q, k, v = random_qkv(jax.random.key(4), 2, 64, 64, 4, 2, 32, 32, dtype)
     o, lse = jax.jit(_ring_fn(_mesh(), "x", causal=True, layout="zigzag"))(q, k, v)
     o64, lse64 = attention_reference(q, k, v, causal=True, compute_dtype=jnp.float64)

@@ -1,4 +1,4 @@
-"""The DESIGN.md tolerance rule and random inputs for tests."""
+"""The error rule of docs/design.md (numerics and tests) and random inputs for tests."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# (error / allowed bound, check name) of every check in this session: conftest prints the worst.
+# (error / allowed bound, check name) of every check in this pytest run: conftest prints the
+# worst.
 WORST: list[tuple[float, str]] = []
 
 

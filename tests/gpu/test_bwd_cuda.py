@@ -1,6 +1,7 @@
 """The Hopper backward kernel through the whole Python path (jax.grad of jax_fa4.attention ->
-fa4_bwd_p -> "jax_fa4_bwd_cuda"), against the float64 oracle's gradients by the DESIGN.md rule
-(max error <= 2x plain XLA's error in the same dtype + a small floor). Skips without a GPU.
+fa4_bwd_p -> "jax_fa4_bwd_cuda"), against the float64 oracle's gradients by the error rule of
+docs/design.md (max error <= 2x plain XLA's error in the same dtype + a small floor). Skips
+without a GPU.
 
 Output poisoning: XLA owns the output buffers, so before each call we allocate and free NaN-filled
 arrays of the gradients' sizes (the allocator tends to hand the same memory back), and every

@@ -1,5 +1,6 @@
 """The Hopper forward kernel through the whole Python path (jax_fa4.attention -> fa4_fwd_p ->
-"jax_fa4_fwd_cuda"), against a float64 oracle by the DESIGN.md rule. Skips without a GPU.
+"jax_fa4_fwd_cuda"), against a float64 oracle by the error rule of docs/design.md. Skips without
+a GPU.
 
 Output poisoning: XLA owns the output buffers, so they cannot be pre-filled from Python. Before
 each call we allocate and free NaN-filled arrays of the outputs' sizes (the allocator tends to hand
@@ -34,7 +35,9 @@ SHAPES = [
     (3, 17, 17, 4, 2),
     (1, 127, 127, 8, 1),
     (2, 1000, 1000, 2, 2),
-    (1, 3000, 3000, 2, 1),  # hd128: persistent under the mask, V17 without (fwd_short_seq_max_k)
+    # hd128 at 3000 keys: the persistent kernel under the mask, the one-tile kernel without
+    # (fwd_persistent_max_seq_k in cuda/hopper/fwd/heuristics.h: 4096 causal, 2048 not).
+    (1, 3000, 3000, 2, 1),
     (2, 127, 1000, 4, 4),
     (1, 1000, 127, 8, 2),
     (5, 129, 129, 8, 4),

@@ -1,6 +1,6 @@
 """A few training steps of a small causal transformer on the GPU: jax_fa4's kernels (forward and
 backward) against the same model on jax.nn.dot_product_attention, from the same weights on the
-same batches (issue 4, item 5). Skips without a GPU.
+same batches. Skips without a GPU.
 
 The model computes in bfloat16 with float32 parameters, so the two runs drift apart by rounding
 only; the check is that every step's loss agrees within a bound a wrong gradient would break

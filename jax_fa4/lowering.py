@@ -1,0 +1,145 @@
+"""Lowerings of fa4_fwd_p and fa4_bwd_p to the XLA FFI targets, one rule per platform.
+
+Registered when this module is imported (jax_fa4's ``__init__`` does):
+
+* ``cpu``  -> custom calls ``jax_fa4_fwd_cpu`` / ``jax_fa4_bwd_cpu``;
+* ``cuda`` -> ``jax_fa4_fwd_cuda`` / ``jax_fa4_bwd_cuda`` (Hopper, sm_90a; the backward's custom
+  call has a fourth result, its uint8 device workspace, which the rule drops);
+* ``rocm`` and any other platform -> a NotImplementedError.
+
+Operands and results are those of the primitives (:mod:`jax_fa4.primitives`): the forward takes
+q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv] and gives o [b, sq, hq, dv], lse float32
+[b, hq, sq]; the backward takes (q, k, v, o, lse, do, dlse) and gives (dq, dk, dv). Attributes:
+softmax_scale (f64), causal (i1) and, for the backward, deterministic (i1).
+
+Under a multi-device ``jax.jit`` the rule lowers the primitive through its custom_partitioning
+wrapper instead (:func:`jax_fa4.sharding.lower_partitioned`); the per-shard programs that the
+partitioner then lowers come back to the same rule in a manual axis context and get the plain
+custom call. Every check (built targets, GPU generation, dtype and head dims) runs here, at
+lowering time, never inside a partitioning callback, where an exception can abort the process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax.interpreters import mlir
+
+from jax_fa4 import _ffi, sharding
+from jax_fa4.primitives import fa4_bwd_p, fa4_fwd_p
+from jax_fa4.validation import check_cuda_support
+
+# A rule (ctx, *operands, **params) -> the primitive's results, as MLIR values.
+LoweringRule = Callable[..., Sequence["mlir.ir.Value"]]
+
+
+def _check_target(name: str, platform: str) -> None:
+    """Raises NotImplementedError when the extension was built without target `name`."""
+    if not _ffi.has_target(name, platform):
+        if platform == "cuda" and not _ffi.built_with_cuda():
+            raise NotImplementedError(
+                "jax_fa4 was built without its CUDA kernels (no nvcc was found when it was "
+                "installed), so it cannot run on this GPU. Reinstall it where the CUDA toolkit "
+                "(nvcc 12.4+) is on PATH, or run on the CPU with jax.default_device"
+            )
+        raise NotImplementedError(f"jax_fa4 has no {platform} kernel for {name!r}")
+
+
+def _check_sm90() -> None:
+    """Raises NotImplementedError when a local GPU is not a Hopper (compute capability 9.0)."""
+    for dev in jax.local_devices():
+        if dev.platform != "gpu":
+            continue
+        cc = getattr(dev, "compute_capability", None)
+        if cc is not None and str(cc) != "9.0":
+            raise NotImplementedError(
+                f"jax_fa4's CUDA kernels need a Hopper GPU (compute capability 9.0, sm_90a: "
+                f"H100/H200); {dev.device_kind} has compute capability {cc}"
+            )
+
+
+def _cuda_bwd_workspace(ctx: mlir.LoweringRuleContext) -> list[jax.core.ShapedArray]:
+    """The Hopper backward's float32 workspace (dQ accumulator, lse*log2e, delta'), as one uint8
+    result ``[nbytes]`` of its custom call; its size comes from the extension
+    (cuda/hopper/bwd/workspace.h), from q's static shape [b, sq, hq, d]."""
+    b, sq, hq, d = ctx.avals_in[0].shape
+    if not all(isinstance(x, int) for x in (b, sq, hq, d)):
+        raise NotImplementedError(
+            f"jax_fa4's CUDA backward needs static shapes (its workspace size depends on them); "
+            f"got q of shape {ctx.avals_in[0].shape}"
+        )
+    nbytes = _ffi.cuda_bwd_workspace_bytes(b, sq, hq, d)
+    return [jax.core.ShapedArray((nbytes,), jnp.uint8)]
+
+
+# Results a target writes besides the primitive's outputs (device workspace): the custom call
+# gets them after the outputs, and the lowering drops them. XLA allocates them like any output.
+_EXTRA_RESULTS: dict[str, Callable[[mlir.LoweringRuleContext], list[jax.core.ShapedArray]]] = {
+    "jax_fa4_bwd_cuda": _cuda_bwd_workspace
+}
+
+
+def _ffi_call(
+    target: str, ctx: mlir.LoweringRuleContext, *args: mlir.ir.Value, **params: object
+) -> Sequence[mlir.ir.Value]:
+    """The custom call of `target` on this lowering's operands, with its extra results if any;
+    returns the primitive's results only."""
+    extra = _EXTRA_RESULTS.get(target)
+    if extra is None:
+        return jax.ffi.ffi_lowering(target)(ctx, *args, **params)
+    n_out = len(ctx.avals_out)
+    # ffi_lowering takes the custom call's result types and layouts from ctx.avals_out.
+    call_ctx = ctx.replace(avals_out=[*ctx.avals_out, *extra(ctx)])
+    return list(jax.ffi.ffi_lowering(target)(call_ctx, *args, **params))[:n_out]
+
+
+def _lower(kind: str, platform: str) -> LoweringRule:
+    """The lowering rule of fa4_{kind}_p (kind "fwd" or "bwd") on `platform` ("cpu", "cuda")."""
+    target = (_ffi.FWD_TARGET if kind == "fwd" else _ffi.BWD_TARGET).format(platform=platform)
+
+    def rule(
+        ctx: mlir.LoweringRuleContext,
+        *args: mlir.ir.Value,
+        softmax_scale: float,
+        causal: bool,
+        **bwd_params: object,
+    ) -> Sequence[mlir.ir.Value]:
+        _check_target(target, platform)
+        if platform == "cuda":
+            _check_sm90()
+            q_aval, _, v_aval = ctx.avals_in[:3]
+            check_cuda_support(q_aval.dtype, q_aval.shape[3], v_aval.shape[3])
+        params: dict[str, object] = dict(softmax_scale=float(softmax_scale), causal=bool(causal))
+        if kind == "bwd":  # deterministic: the backward's only extra parameter
+            params["deterministic"] = bool(bwd_params.pop("deterministic", False))
+        assert not bwd_params, f"unknown parameters of fa4_{kind}: {sorted(bwd_params)}"
+        # The checks above run here, at lowering, never inside a partitioning callback (where an
+        # exception can abort the process).
+        if sharding.partitions_here(ctx):
+            return sharding.lower_partitioned(kind, ctx, *args, **params)
+        # Per-shard lowerings of a partitioned program come back through this rule (their
+        # context is manual, so partitions_here is False): the extra results are added there.
+        return _ffi_call(target, ctx, *args, **params)
+
+    return rule
+
+
+def _lower_unsupported(platform: str) -> LoweringRule:
+    """A rule that raises NotImplementedError naming `platform` (no kernel there)."""
+
+    def rule(ctx: mlir.LoweringRuleContext, *args: mlir.ir.Value, **params: object):
+        raise NotImplementedError(
+            f"jax_fa4 has kernels for the CPU and for NVIDIA Hopper GPUs only; got platform "
+            f"{platform!r}"
+        )
+
+    return rule
+
+
+for _prim, _kind in ((fa4_fwd_p, "fwd"), (fa4_bwd_p, "bwd")):
+    mlir.register_lowering(_prim, _lower_unsupported("this one"))
+    mlir.register_lowering(_prim, _lower(_kind, "cpu"), platform="cpu")
+    mlir.register_lowering(_prim, _lower(_kind, "cuda"), platform="cuda")
+    mlir.register_lowering(_prim, _lower_unsupported("rocm"), platform="rocm")
