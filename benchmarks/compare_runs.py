@@ -28,7 +28,10 @@ def main() -> None:
     a = p.parse_args()
     old, new = cells(a.old, a.impl), cells(a.new, a.impl)
     old_peer, new_peer = cells(a.old, a.peer), cells(a.new, a.peer)
-    print(f"| head dim | causal | seq | fwd new/old | fwd vs {a.peer}: old, new | bwd new/old | bwd vs {a.peer}: old, new |")
+    print(
+        f"| head dim | causal | seq | fwd new/old | fwd vs {a.peer}: old, new "
+        f"| bwd new/old | bwd vs {a.peer}: old, new |"
+    )
     print("|---|---|---|---|---|---|---|")
     worst = {"fwd": None, "bwd": None}
     for key in sorted(set(old) & set(new)):
