@@ -3,7 +3,7 @@ TFLOP/s in the new run over the old run's, and its ratio to a peer in each run.
 
 Usage: python3 benchmarks/compare_runs.py OLD.json NEW.json [--impl jax_fa4] [--peer cudnn]
 Prints one markdown row per (head dim, causal, seq) with forward and backward, and the lowest
-new/old ratio of each pass. Absolute TFLOP/s move between sessions with the card's clocks; the
+new/old ratio of each pass. Absolute TFLOP/s move from run to run with the card's clocks; the
 ratio to a peer measured in the same run moves less.
 """
 
