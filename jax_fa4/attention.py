@@ -122,10 +122,13 @@ def attention(
     return_lse = check_flag("return_lse", return_lse)
     deterministic = check_flag("deterministic", deterministic)
     if dims.seq_k == 0 or dims.batch * dims.seq_q * dims.heads_q == 0:
-        # Nothing to attend to (or nothing to compute): the exact answer, no kernel launch.
+        # Nothing to attend to (or nothing to compute): the exact answer, no kernel launch and no
+        # arithmetic on the inputs (0 * x would turn one NaN or Inf in q into NaN everywhere).
+        # Gradients are zeros; inside shard_map the results vary over the inputs' manual axes.
         o = jnp.zeros((dims.batch, dims.seq_q, dims.heads_q, dims.head_dim_v), q.dtype)
         lse = jnp.full((dims.batch, dims.heads_q, dims.seq_q), -jnp.inf, jnp.float32)
-        o = o + 0 * (jnp.sum(q) + jnp.sum(k) + jnp.sum(v)).astype(q.dtype)
+        varying = _compat.union_varying_axes(jax.typeof(x) for x in (q, k, v))
+        o, lse = (_compat.cast_to_varying(x, varying) for x in (o, lse))
     else:
         # Inside shard_map(check_vma=True): give q, k, v the union of their varying manual axes
         # first, so that the gradient of an operand replicated over an axis is summed over it.

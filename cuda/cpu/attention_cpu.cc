@@ -60,15 +60,21 @@ void transpose_padded(const float* src, int64_t n, int64_t dim, int64_t ld, floa
 // One K/V block for `rows` query rows: the online-softmax update of (m, l, acc).
 // kt is K^T [d][kBlockK] (zero past cols), v is V [cols][dv]; s is scratch [rows][kBlockK].
 // m is the running max in log2 units (scores already multiplied by scale*log2e).
+// A key a row cannot see never enters that row's sums, not even as 0 * v: its score is replaced
+// (not scaled) and P V skips it, so a NaN or Inf in that key's K or V row cannot reach the row.
 JAX_FA4_HOT void forward_block(const float* q, int64_t rows, const float* kt, const float* v,
                                int64_t cols, int64_t d, int64_t dv, float scale_log2,
                                const int64_t* row_key_end, int64_t k0, float* s, float* m,
                                float* l, float* acc, float* part) {
   const int64_t width = (cols + 15) / 16 * 16;
   matmul(q, d, kt, kBlockK, s, kBlockK, rows, d, width, /*accumulate=*/false);
+  int64_t vis[kBlockQ];
+  bool partial = false;
   for (int64_t i = 0; i < rows; ++i) {
     float* si = s + i * kBlockK;
     const int64_t visible = std::clamp<int64_t>(row_key_end[i] - k0, 0, cols);
+    vis[i] = visible;
+    partial |= visible < cols;
     if (visible == 0) {
       std::fill(si, si + cols, 0.0f);
       continue;
@@ -87,7 +93,10 @@ JAX_FA4_HOT void forward_block(const float* q, int64_t rows, const float* kt, co
   }
   // This block's P V lands in a zeroed partial first: blocked summation keeps float32 error
   // growing with the number of blocks, not of keys.
-  matmul(s, kBlockK, v, dv, part, dv, rows, cols, dv, /*accumulate=*/false);
+  if (partial)
+    matmul<Keep::kInnerBelow>(s, kBlockK, v, dv, part, dv, rows, cols, dv, false, vis);
+  else
+    matmul(s, kBlockK, v, dv, part, dv, rows, cols, dv, /*accumulate=*/false);
   for (int64_t x = 0; x < rows * dv; ++x) acc[x] += part[x];
 }
 
@@ -95,17 +104,22 @@ JAX_FA4_HOT void forward_block(const float* q, int64_t rows, const float* kt, co
 // p = exp2(Q K^T * scale_log2 - lse2), zero where masked; ds = p * ((dO V^T - delta) + dlse) *
 // scale with delta = rowsum(dO * O) computed by the same matmul arithmetic as dO V^T, so that
 // dP - delta is exactly 0 where V's row equals O's (one visible key).
-// kt is K^T [d][kBlockK], vt is V^T [dv][kBlockK]; p and ds are [rows][kBlockK].
-JAX_FA4_HOT void backward_p_ds(const float* q, const float* d_o, const float* o,
+// kt is K^T [d][kBlockK], vt is V^T [dv][kBlockK]; p and ds are [rows][kBlockK]. Masked
+// entries are set to 0, not computed as 0 * (...): vis[i] receives the keys row i sees in this
+// block, for the products that follow to skip the others; returns whether any row sees fewer
+// than `cols`.
+JAX_FA4_HOT bool backward_p_ds(const float* q, const float* d_o, const float* o,
                                const float* dlse, const float* lse2, int64_t rows,
                                const float* kt, const float* vt, int64_t cols, int64_t d,
                                int64_t dv, float scale, float scale_log2,
-                               const int64_t* row_key_end, int64_t k0, float* p, float* ds) {
+                               const int64_t* row_key_end, int64_t k0, float* p, float* ds,
+                               int64_t* vis) {
   const int64_t width = (cols + 15) / 16 * 16;
   matmul(q, d, kt, kBlockK, p, kBlockK, rows, d, width, /*accumulate=*/false);
   matmul(d_o, dv, vt, kBlockK, ds, kBlockK, rows, dv, width, /*accumulate=*/false);
   float o_col[kMaxHeadDim * 16] = {};
   float delta16[16];
+  bool partial = false;
   for (int64_t i = 0; i < rows; ++i) {
     float* pi = p + i * kBlockK;
     float* dsi = ds + i * kBlockK;
@@ -115,6 +129,8 @@ JAX_FA4_HOT void backward_p_ds(const float* q, const float* d_o, const float* o,
     const float delta_i = delta16[0];
     int64_t visible = std::clamp<int64_t>(row_key_end[i] - k0, 0, cols);
     if (lse2[i] == -std::numeric_limits<float>::infinity()) visible = 0;
+    vis[i] = visible;
+    partial |= visible < cols;
     for (int64_t j = 0; j < visible; ++j) {
       pi[j] = exp2_approx(pi[j] * scale_log2 - lse2[i]);
       // (dP - delta) first: it cancels exactly where it should, then the lse cotangent enters.
@@ -123,6 +139,7 @@ JAX_FA4_HOT void backward_p_ds(const float* q, const float* d_o, const float* o,
     std::fill(pi + visible, pi + kBlockK, 0.0f);
     std::fill(dsi + visible, dsi + kBlockK, 0.0f);
   }
+  return partial;
 }
 
 // dQ of `rows` query rows from one K/V block: dq = dS K (k is K [cols][d]).
@@ -132,9 +149,12 @@ JAX_FA4_HOT void backward_dq_block(const float* q, const float* d_o, const float
                                    int64_t d, int64_t dv, float scale, float scale_log2,
                                    const int64_t* row_key_end, int64_t k0, float* p, float* ds,
                                    float* dq) {
-  backward_p_ds(q, d_o, o, dlse, lse2, rows, kt, vt, cols, d, dv, scale, scale_log2,
-                row_key_end, k0, p, ds);
-  matmul(ds, kBlockK, k, d, dq, d, rows, cols, d, /*accumulate=*/false);
+  int64_t vis[kBlockQ];
+  if (backward_p_ds(q, d_o, o, dlse, lse2, rows, kt, vt, cols, d, dv, scale, scale_log2,
+                    row_key_end, k0, p, ds, vis))
+    matmul<Keep::kInnerBelow>(ds, kBlockK, k, d, dq, d, rows, cols, d, false, vis);
+  else
+    matmul(ds, kBlockK, k, d, dq, d, rows, cols, d, /*accumulate=*/false);
 }
 
 // dK, dV of one K/V block from `rows` query rows: dv = P^T dO, dk = dS^T Q (pt: [kBlockK][rows]).
@@ -144,12 +164,20 @@ JAX_FA4_HOT void backward_dkdv_block(const float* q, const float* d_o, const flo
                                      int64_t dv, float scale, float scale_log2,
                                      const int64_t* row_key_end, int64_t k0, float* p, float* ds,
                                      float* pt, float* dk, float* dvv) {
-  backward_p_ds(q, d_o, o, dlse, lse2, rows, kt, vt, cols, d, dv, scale, scale_log2,
-                row_key_end, k0, p, ds);
+  int64_t vis[kBlockQ];
+  const bool partial = backward_p_ds(q, d_o, o, dlse, lse2, rows, kt, vt, cols, d, dv, scale,
+                                     scale_log2, row_key_end, k0, p, ds, vis);
+  // A key skips the query rows that cannot see it: their dO and Q rows never enter its sums.
   transpose(p, kBlockK, rows, cols, pt, kBlockQ);
-  matmul(pt, kBlockQ, d_o, dv, dvv, dv, cols, rows, dv, /*accumulate=*/false);
+  if (partial)
+    matmul<Keep::kRowBelow>(pt, kBlockQ, d_o, dv, dvv, dv, cols, rows, dv, false, vis);
+  else
+    matmul(pt, kBlockQ, d_o, dv, dvv, dv, cols, rows, dv, /*accumulate=*/false);
   transpose(ds, kBlockK, rows, cols, pt, kBlockQ);
-  matmul(pt, kBlockQ, q, d, dk, d, cols, rows, d, /*accumulate=*/false);
+  if (partial)
+    matmul<Keep::kRowBelow>(pt, kBlockQ, q, d, dk, d, cols, rows, d, false, vis);
+  else
+    matmul(pt, kBlockQ, q, d, dk, d, cols, rows, d, /*accumulate=*/false);
 }
 
 int64_t num_blocks(int64_t n, int64_t block) { return (n + block - 1) / block; }
