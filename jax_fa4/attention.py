@@ -94,7 +94,9 @@ def attention(
       causal: mask keys after each query. With ``seq_q != seq_k`` the mask is aligned to the
         bottom-right corner, as in FlashAttention 2+: query ``i`` sees keys ``j <= i + seq_k -
         seq_q``. A query that sees no key gets output 0 and lse ``-inf``.
-      softmax_scale: multiplies ``q . k``; default ``1 / sqrt(head_dim)``.
+      softmax_scale: multiplies ``q . k``; default ``1 / sqrt(head_dim)``. Static: a Python
+        float (or int, or NumPy scalar), or a concrete 0-d jax/NumPy array, which is converted
+        with ``float()``; a traced scale is an error (fold it into q instead).
       return_lse: also return the log-sum-exp of the scaled scores (natural log), float32
         ``[batch, heads_q, seq_q]``; it is differentiable too.
       deterministic: make the backward bitwise reproducible: the same inputs give the same dq,

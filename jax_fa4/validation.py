@@ -86,25 +86,59 @@ def check_qkv(q: jax.Array, k: jax.Array, v: jax.Array) -> AttentionDims:
     return AttentionDims(b, sq, k.shape[1], hq, hkv, d, v.shape[3])
 
 
+def _describe(x: object) -> str:
+    """What a softmax_scale argument is, for an error message."""
+    if isinstance(x, jax.core.Tracer):
+        aval = getattr(x, "aval", None)
+        shape = tuple(getattr(aval, "shape", ()))
+        dtype = getattr(aval, "dtype", None)
+        return f"a traced value of shape {shape} and dtype {dtype} (inside jit, grad or vmap)"
+    if isinstance(x, jax.Array):
+        return f"a concrete jax array of shape {tuple(x.shape)} and dtype {x.dtype}"
+    if isinstance(x, np.ndarray):
+        return f"a numpy array of shape {x.shape} and dtype {x.dtype}"
+    return f"{type(x).__name__} {x!r}"
+
+
+_SCALE_ALLOWED = (
+    "a static Python float (or int), a NumPy scalar, or a concrete 0-d array, e.g. "
+    "softmax_scale=0.125 or softmax_scale=float(x)"
+)
+
+
 def check_softmax_scale(softmax_scale: object, head_dim: int) -> float:
-    """Returns the scale as a Python float (default 1/sqrt(head_dim)); raises on bad values."""
+    """Returns the scale as a Python float (default 1/sqrt(head_dim)); raises on bad values.
+
+    The scale picks the kernel's arithmetic at trace time, so it must be known then: a Python or
+    NumPy real number, or a concrete (not traced) 0-d jax or NumPy array, which is converted
+    with ``float()``. A traced scale (an argument of a jitted function) is refused: fold it into
+    q instead (``attention(q * (s * d**0.5), k, v)`` scales the scores by ``s``).
+    """
     if softmax_scale is None:
         return 1.0 / math.sqrt(head_dim)
     if isinstance(softmax_scale, jax.core.Tracer):
         raise ValueError(
-            "softmax_scale must be a static Python number, not a traced value; fold a traced "
-            "scale into q instead"
+            f"softmax_scale must be a static Python number, not {_describe(softmax_scale)}: the "
+            "scale is fixed when the kernel call is traced. Pass a Python float from outside "
+            "the traced function (e.g. softmax_scale=0.125, or float(x) of a concrete array), "
+            "or fold a traced scale into q instead"
         )
-    if isinstance(softmax_scale, bool) or not isinstance(
-        softmax_scale, (numbers.Real, np.ndarray, np.generic)
-    ):
+    if isinstance(softmax_scale, (jax.Array, np.ndarray, np.generic)):
+        dtype = np.dtype(softmax_scale.dtype)
+        if np.shape(softmax_scale) != ():
+            raise ValueError(
+                f"softmax_scale must be a scalar; got {_describe(softmax_scale)}. Allowed: "
+                f"{_SCALE_ALLOWED}"
+            )
+        if dtype == np.bool_ or dtype.kind not in "fiu":
+            raise ValueError(
+                f"softmax_scale must be a positive finite real number or None; got "
+                f"{_describe(softmax_scale)}. Allowed: {_SCALE_ALLOWED}"
+            )
+    elif isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
         raise ValueError(
             f"softmax_scale must be a positive finite real number or None; got "
-            f"{type(softmax_scale).__name__} {softmax_scale!r}"
-        )
-    if isinstance(softmax_scale, np.ndarray) and softmax_scale.shape != ():
-        raise ValueError(
-            f"softmax_scale must be a scalar; got an array of shape {softmax_scale.shape}"
+            f"{_describe(softmax_scale)}. Allowed: {_SCALE_ALLOWED}"
         )
     scale = float(softmax_scale)
     if not (math.isfinite(scale) and scale > 0.0):

@@ -109,9 +109,59 @@ def test_softmax_scale_not_a_number():
     _raises(ValueError, r"softmax_scale must be a scalar", *_qkv(), softmax_scale=np.ones(2))
 
 
+def test_softmax_scale_arrays_that_are_not_one_number():
+    allowed = r"Allowed: a static Python float .*softmax_scale=float\(x\)"
+    _raises(
+        ValueError,
+        r"softmax_scale must be a scalar; got a concrete jax array of shape \(2,\) and dtype "
+        r"float32\. " + allowed,
+        *_qkv(),
+        softmax_scale=jnp.array([0.1, 0.2], jnp.float32),
+    )
+    _raises(
+        ValueError,
+        r"softmax_scale must be a positive finite real number or None; got a concrete jax array "
+        r"of shape \(\) and dtype bool\. " + allowed,
+        *_qkv(),
+        softmax_scale=jnp.array(True),
+    )
+    _raises(
+        ValueError,
+        r"got a concrete jax array .* complex64",
+        *_qkv(),
+        softmax_scale=jnp.array(1 + 2j, jnp.complex64),
+    )
+    _raises(
+        ValueError,
+        r"softmax_scale must be positive and finite; got -0\.5",
+        *_qkv(),
+        softmax_scale=jnp.array(-0.5),
+    )
+
+
+def test_concrete_0d_softmax_scale_is_converted():
+    """A concrete 0-d jax or NumPy array is a known number at trace time: it is taken as
+    float(x), eagerly and when closed over by a jitted function, giving the same bits."""
+    q, k, v = (x + jnp.arange(8, dtype=jnp.float32)[None, :, None, None] / 8 for x in _qkv())
+    scale32 = float(np.float32(0.37))
+    want = np.asarray(jax_fa4.attention(q, k, v, softmax_scale=scale32))
+    for scale in (jnp.array(0.37, jnp.float32), np.float32(0.37), np.array(0.37, np.float32)):
+        np.testing.assert_array_equal(
+            np.asarray(jax_fa4.attention(q, k, v, softmax_scale=scale)), want
+        )
+        got = jax.jit(lambda q, k, v, s=scale: jax_fa4.attention(q, k, v, softmax_scale=s))(q, k, v)
+        np.testing.assert_array_equal(np.asarray(got), want)
+    assert not np.array_equal(want, np.asarray(jax_fa4.attention(q, k, v)))  # the scale matters
+
+
 def test_traced_softmax_scale():
     q, k, v = _qkv()
-    with pytest.raises(ValueError, match=r"softmax_scale must be a static Python number"):
+    with pytest.raises(
+        ValueError,
+        match=r"softmax_scale must be a static Python number, not a traced value of shape \(\) "
+        r"and dtype float.*Pass a Python float .*float\(x\) of a concrete array.*fold a traced "
+        r"scale into q",
+    ):
         jax.jit(lambda q, k, v, s: jax_fa4.attention(q, k, v, softmax_scale=s)).trace(q, k, v, 0.5)
 
 
