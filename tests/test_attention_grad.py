@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import pytest
+from selection import params
 from tolerance import assert_close_by_rule, random_qkv
 
 import jax_fa4
@@ -26,6 +27,13 @@ def _id(shape):
     return "b{}_sq{}_sk{}_hq{}_hkv{}_d{}_dv{}".format(*shape)
 
 
+# Run by default: GQA, three key blocks, seq_q < seq_k (causal rows see part of a block), v's head
+# dim != q's; every mask and LSE cotangent, in float32 (the backward computes in float32 for every
+# input dtype; the 16-bit cases are slow ones).
+QUICK_SHAPES = [(2, 100, 130, 4, 2, 64, 48)]
+DTYPES = [jnp.bfloat16, jnp.float16, jnp.float32]
+
+
 def _loss(attn, q, k, v, w, wl):
     o, lse = attn(q, k, v)
     finite_lse = jnp.where(jnp.isfinite(lse), lse, 0.0)
@@ -36,10 +44,8 @@ def _loss(attn, q, k, v, w, wl):
 
 @pytest.mark.parametrize("with_lse", [False, True], ids=["o", "o+lse"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize(
-    "dtype", [jnp.bfloat16, jnp.float16, jnp.float32], ids=lambda d: d.__name__
-)
-@pytest.mark.parametrize("shape", SHAPES, ids=_id)
+@pytest.mark.parametrize("dtype", params(DTYPES, [jnp.float32], lambda d: d.__name__))
+@pytest.mark.parametrize("shape", params(SHAPES, QUICK_SHAPES, _id))
 def test_grad_matches_float64_oracle(shape, dtype, causal, with_lse):
     key = jax.random.key(hash((shape, causal, with_lse)) % 2**31)
     q, k, v = random_qkv(key, *shape, dtype)

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from selection import params
 from tolerance import LSE_MIN_MAGNITUDE, assert_close_by_rule, case_key, random_qkv
 
 import jax_fa4
@@ -33,9 +34,13 @@ def _id(shape):
     return "b{}_sq{}_sk{}_hq{}_hkv{}_d{}_dv{}".format(*shape)
 
 
+# Run by default: GQA, lengths that are not block multiples, seq_q < seq_k, v's head dim != q's.
+QUICK_SHAPES = [(2, 100, 130, 4, 2, 64, 48)]
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
-@pytest.mark.parametrize("shape", SHAPES, ids=_id)
+@pytest.mark.parametrize("shape", params(SHAPES, QUICK_SHAPES, _id))
 def test_forward_matches_float64_oracle(shape, dtype, causal):
     key = case_key(shape, jnp.dtype(dtype).name, causal)
     q, k, v = random_qkv(key, *shape, dtype)
@@ -115,6 +120,7 @@ def test_empty_sequences_give_exact_answers():
     assert jax_fa4.attention(q, k, v).shape == (2, 0, 4, 64)
 
 
+@pytest.mark.slow
 def test_reference_matches_naive_softmax():
     q, k, v = random_qkv(jax.random.key(7), 2, 31, 45, 4, 2, 16, 24, jnp.float64)
     o, lse = jax_fa4.attention_reference(q, k, v, causal=True)

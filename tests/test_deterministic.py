@@ -54,6 +54,9 @@ def _bits(x):
     return np.asarray(x).view(np.uint8)
 
 
+# Slow: on the CPU the flag changes nothing; the tests after this one check that it reaches the
+# kernel from every path (the quick ones: jit, grad, vmap, Flax).
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32], ids=lambda d: d.__name__)
 @pytest.mark.parametrize("shape", SHAPES, ids=_id)
@@ -143,6 +146,7 @@ def _mesh(shape, names):
     return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(shape))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_partitioned_jit_passes_the_flag_and_matches_one_device(causal):
     """Batch + sequence split under jit: custom_partitioning (deterministic is one of its static
@@ -167,6 +171,7 @@ def test_partitioned_jit_passes_the_flag_and_matches_one_device(causal):
         np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
 def test_ring_attention_deterministic(layout):
     n = 4

@@ -39,6 +39,7 @@ def run_example(*args: str, cwd: pathlib.Path) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_tiny_compare(tmp_path):
     out = tmp_path / "cmp"
     stdout = run_example("--tiny", "--compare", "--out", str(out), cwd=tmp_path)
@@ -59,6 +60,7 @@ def test_tiny_compare(tmp_path):
     assert (out / "compare.png").read_bytes()[:8] == PNG_MAGIC
 
 
+@pytest.mark.slow
 def test_tiny_resume_reproduces_the_run(tmp_path):
     """Resuming from the step-10 checkpoint retrains steps 11..20 to the same losses."""
     out = tmp_path / "run"

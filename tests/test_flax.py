@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from selection import params
 from tolerance import assert_close_by_rule
 
 flax = pytest.importorskip("flax")
@@ -102,8 +103,10 @@ def _check_against_default(name, got_mod, default_mod, xq, xk, got_kw, default_k
     _check_trees(f"{name} sq={seq_q} sk={seq_k}", got, base, oracle, dtype)
 
 
-@pytest.mark.parametrize("num_kv_heads", [None, 2])
-@pytest.mark.parametrize("causal", [False, True])
+NNX_CASES = [(False, None), (True, None), (False, 2), (True, 2)]  # (causal, num_kv_heads)
+
+
+@pytest.mark.parametrize(("causal", "num_kv_heads"), params(NNX_CASES, [(True, 2)], unpack=True))
 def test_nnx_matches_default(causal, num_kv_heads):
     """Same weights: outputs and gradients as Flax's default attention (causal: flax's mask)."""
     x = _inputs((2, 24, FEATURES))
@@ -138,7 +141,9 @@ def test_nnx_extra_batch_dims():
     )
 
 
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize(
+    "dtype", params([jnp.bfloat16, jnp.float16], [jnp.bfloat16], lambda d: jnp.dtype(d).name)
+)
 def test_nnx_computes_in_module_dtype(dtype):
     """dtype=... on the module: float32 params, computation and result in that dtype, like Flax."""
     x = _inputs((2, 32, FEATURES), seed=5)
@@ -150,6 +155,7 @@ def test_nnx_computes_in_module_dtype(dtype):
     assert_close_by_rule(f"nnx dtype={jnp.dtype(dtype).name}", got, oracle, base, dtype)
 
 
+@pytest.mark.slow
 def test_nnx_dtype_none_follows_inputs():
     """dtype=None: the common dtype of q, k, v (here bfloat16 params and inputs)."""
     x = _inputs((1, 16, FEATURES), seed=6, dtype=jnp.bfloat16)
@@ -183,7 +189,7 @@ def _linen_value_and_grads(module, params, x, cot, call_kw, dtype):
     return out, grads
 
 
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("causal", params([False, True], [True]))
 def test_linen_matches_default(causal):
     x = _inputs((2, 24, FEATURES), seed=9)
     cot = _inputs(x.shape, seed=10)
@@ -197,6 +203,7 @@ def test_linen_matches_default(causal):
     _check_trees(f"linen causal={causal}", got, base, oracle, F32)
 
 
+@pytest.mark.slow
 def test_linen_dtype_and_jit():
     x = _inputs((2, 16, FEATURES), seed=11)
     ours = nn.MultiHeadDotProductAttention(

@@ -23,6 +23,7 @@ def test_notebooks_exist():
         assert name in names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path, monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)  # conftest's 8 host devices: not for notebooks

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
+from selection import params
 from tolerance import LSE_MIN_MAGNITUDE, assert_close_by_rule, random_qkv
 
 import jax_fa4
@@ -122,9 +123,16 @@ CASES = [
     ("contiguous", True, 1, 64, 4, 2, 16, 16),  # even local length: moved to zig-zag inside
     ("contiguous", False, 1, 32, 8, 2, 32, 32),
 ]
+# Run by default: the causal contiguous ring, which moves the chunks to the zig-zag order inside
+# and runs the zig-zag ring (the non-causal ring runs by default in the cross-attention test below
+# and under jit in test_sharding).
+QUICK_CASES = [CASES[3]]
 
 
-@pytest.mark.parametrize(("layout", "causal", "b", "s", "hq", "hkv", "d", "dv"), CASES)
+@pytest.mark.parametrize(
+    ("layout", "causal", "b", "s", "hq", "hkv", "d", "dv"),
+    params(CASES, QUICK_CASES, lambda c: "-".join(map(str, c)), unpack=True),
+)
 def test_ring_matches_one_device(layout, causal, b, s, hq, hkv, d, dv):
     q, k, v = random_qkv(jax.random.key(s + hq), b, s, s, hq, hkv, d, dv, jnp.float32)
     ring = _ring_fn(_mesh(), "x", causal=causal, layout=layout)
@@ -149,6 +157,7 @@ def test_ring_cross_attention_different_lengths():
     assert _max_diff(o1, o0) < 2e-5 and _max_diff(lse1, lse0) < 2e-5
 
 
+@pytest.mark.slow
 def test_ring_over_two_axes_with_batch_split():
     """Batch split over one mesh axis, the ring over a tuple of the other two."""
     mesh = _mesh((2, 2, 2), ("b", "s1", "s2"))
@@ -164,6 +173,7 @@ def test_ring_over_two_axes_with_batch_split():
         assert _max_diff(a, e) < 1e-5 * max(float(jnp.max(jnp.abs(e))), 1.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 def test_ring_low_precision_by_rule(dtype):
     """16-bit inputs: the ring's o, lse and gradients pass the error rule of docs/design.md
@@ -222,6 +232,7 @@ def test_causal_steps_have_equal_work(layout):
     assert calls == [("fa4_fwd", 32)] * N + [("fa4_bwd", 32)] * N
 
 
+@pytest.mark.slow
 def test_ring_under_vmap():
     mesh = _mesh()
     q, k, v = random_qkv(jax.random.key(6), 3, 32, 32, 2, 2, 16, 16, jnp.float32)

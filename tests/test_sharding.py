@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
+from selection import params
 from tolerance import random_qkv
 
 import jax_fa4
@@ -91,7 +92,10 @@ NO_COMM = [
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize(("mesh_shape", "names", "q_spec", "kv_spec", "shapes"), NO_COMM)
+@pytest.mark.parametrize(
+    ("mesh_shape", "names", "q_spec", "kv_spec", "shapes"),
+    params(NO_COMM, NO_COMM[:1], unpack=True),  # by default: batch and heads on a 2-D mesh
+)
 def test_batch_heads_split_has_no_collectives(mesh_shape, names, q_spec, kv_spec, shapes, causal):
     mesh = _mesh(mesh_shape, names)
     found = _run(mesh, q_spec, kv_spec, shapes, causal)
@@ -126,7 +130,7 @@ def test_gqa_q_heads_split_beyond_kv_heads():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("causal", params([False, True], [False]))
 def test_sequence_split_runs_the_ring_under_jit(causal):
     """q and k split over the sequence: ring attention inside the partitioned program (K/V
     move by collective-permute, nothing is all-gathered)."""
@@ -143,13 +147,15 @@ def test_query_only_sequence_split_without_mask():
     assert set(found) == {"bwd:all-reduce"}, found
 
 
+RESHARDED = [
+    (P(None, "x"), P(), ((2, 32, 2, 16), (24, 2))),  # causal, seq_q != seq_k: cannot split
+    (P(None, None, None, "x"), P(None, None, None, "x"), ((2, 16, 2, 16), (16, 2))),  # d
+    (P(None, None, "x"), P(), ((2, 16, 24, 16), (16, 3))),  # 3 kv heads, 8 devices
+]
+
+
 @pytest.mark.parametrize(
-    ("q_spec", "kv_spec", "shapes"),
-    [
-        (P(None, "x"), P(), ((2, 32, 2, 16), (24, 2))),  # causal, seq_q != seq_k: cannot split
-        (P(None, None, None, "x"), P(None, None, None, "x"), ((2, 16, 2, 16), (16, 2))),  # d
-        (P(None, None, "x"), P(), ((2, 16, 24, 16), (16, 3))),  # 3 kv heads, 8 devices
-    ],
+    ("q_spec", "kv_spec", "shapes"), params(RESHARDED, RESHARDED[:1], unpack=True)
 )
 def test_layouts_it_cannot_run_are_resharded(q_spec, kv_spec, shapes):
     mesh = _mesh((8,), ("x",))
@@ -332,7 +338,7 @@ def test_explicit_sharding_mesh():
     assert found == {}, found
 
 
-@pytest.mark.parametrize("ring", [False, True])
+@pytest.mark.parametrize("ring", params([False, True], [False]))  # the ring: test_ring_attention
 def test_shard_map_without_check_vma(ring):
     mesh = _mesh((8,), ("s",))
     q, k, v = random_qkv(jax.random.key(5), 1, 64, 64, 2, 2, 16, 16, jnp.float32)
