@@ -88,6 +88,7 @@ def test_causal_rows_that_see_no_key_are_zero_with_lse_minus_inf():
     assert np.all(np.isfinite(np.asarray(lse[:, :, 6:])))
 
 
+@pytest.mark.slow
 def test_custom_softmax_scale():
     q, k, v = random_qkv(jax.random.key(2), 2, 65, 80, 4, 2, 64, 64, jnp.float32)
     o = jax_fa4.attention(q, k, v, softmax_scale=0.37)

@@ -133,6 +133,7 @@ def test_nnx_cross_attention_lengths_differ():
     _check_against_default("nnx cross", _nnx_mha(make_attention_fn()), _nnx_mha(), xq, xk, {}, {})
 
 
+@pytest.mark.slow
 def test_nnx_extra_batch_dims():
     """[batch..., length, features] with two batch dims, as Flax allows."""
     x = _inputs((2, 3, 16, FEATURES), seed=4)

@@ -94,6 +94,7 @@ def test_zigzag_indices_layout():
     )
 
 
+@pytest.mark.slow
 def test_default_layout_is_the_natural_order():
     """ring_attention's default layout is what sharding a natural-order array gives."""
     q, k, v = random_qkv(jax.random.key(8), 1, 64, 64, 2, 2, 16, 16, jnp.float32)

@@ -163,6 +163,7 @@ def test_layouts_it_cannot_run_are_resharded(q_spec, kv_spec, shapes):
     assert "fwd:all-gather" in found, found  # replicated first, then computed exactly
 
 
+@pytest.mark.slow
 def test_uneven_splits_inside_jit_are_exact():
     """Shardings jax would refuse on inputs (uneven splits) can still arise inside a program."""
     mesh = _mesh((4,), ("x",))
@@ -276,6 +277,7 @@ def test_plan_decisions():
     assert plan_for(mesh, None, None, q, k, False) == Plan()
 
 
+@pytest.mark.slow
 def test_gspmd_partitioner_path():
     """With Shardy off, the GSPMD callbacks (infer_sharding_from_operands) give the same."""
     if not hasattr(jax.config, "jax_use_shardy_partitioner"):
