@@ -16,6 +16,14 @@ template <class T> struct WgmmaTag;
 template <> struct WgmmaTag<__nv_bfloat16> { using type = Bf16; };
 template <> struct WgmmaTag<__half> { using type = F16; };
 
+// tanh by the special function unit (tanh.approx.f32, sm_75+): relative error about 2^-11, the
+// soft cap's only transcendental besides the softmax's exp2.
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Two floats rounded to T and packed into one 32-bit register (lo in the low half).
 template <class T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
