@@ -1,7 +1,9 @@
 // The one argument check of each pass, shared by its CPU and CUDA handlers: it decodes the shape
 // from the buffers and checks everything both back ends require (ranks, one dtype, consistent
 // shapes, GQA heads, the outputs' shapes, the softmax scale). Each back end then checks only what
-// it alone limits (dtypes, head dims: check_cpu_support / check_cuda_support).
+// it alone limits (dtypes, head dims: check_cpu_support / check_cuda_support). The variant
+// operands and attributes (lengths, segment ids and ranges, sinks, window, soft cap) have one
+// decode and check too (decode_variant), whose AttentionVariant both back ends take.
 #pragma once
 
 #include <cmath>
@@ -131,11 +133,160 @@ inline ffi::Error check_bwd(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k, co
   return check_shape(pass, dvn, {d->batch, d->seq_k, d->heads_kv, d->head_dim_v});
 }
 
-// The Hopper launchers' problem shape (check_cuda_support has admitted the dtype).
-inline fa4::hopper::ProblemShape hopper_shape(const Dims& d, double softmax_scale, bool causal) {
-  return {d.batch, d.seq_q, d.seq_k, d.heads_q, d.heads_kv, d.head_dim,
+// The Hopper launchers' problem shape (check_cuda_support has admitted the dtype) with its
+// variant (decode_variant).
+inline fa4::hopper::ProblemShape hopper_shape(const Dims& d, double softmax_scale, bool causal,
+                                              const fa4::hopper::AttentionVariant& variant) {
+  return {d.batch,
+          d.seq_q,
+          d.seq_k,
+          d.heads_q,
+          d.heads_kv,
+          d.head_dim,
           d.dtype == ffi::DataType::BF16 ? fa4::hopper::Dtype::kBf16 : fa4::hopper::Dtype::kF16,
-          static_cast<float>(softmax_scale), causal};
+          static_cast<float>(softmax_scale),
+          causal,
+          variant};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The variant operands (docs: the attention variants). The custom calls have a fixed arity: an
+// absent operand is a rank-1 buffer of zero elements (shape [0]) of its dtype, a present one has
+// its full shape. decode_variant checks each against the problem's dims and fills the
+// AttentionVariant both back ends take (pointers null where absent).
+// ---------------------------------------------------------------------------------------------
+
+// The operands of one call; null where the pass has no such operand (the backward has no sinks,
+// the CPU handlers no segment ranges).
+struct VariantOperands {
+  const ffi::AnyBuffer* q_lengths = nullptr;
+  const ffi::AnyBuffer* kv_lengths = nullptr;
+  const ffi::AnyBuffer* q_segment_ids = nullptr;
+  const ffi::AnyBuffer* kv_segment_ids = nullptr;
+  const ffi::AnyBuffer* sinks = nullptr;
+  const ffi::AnyBuffer* q_segment_ranges = nullptr;
+  const ffi::AnyBuffer* kv_segment_ranges = nullptr;
+};
+
+// A window attribute (int64 in the FFI) as the kernels' int: a magnitude of kWindowUnbounded or
+// more saturates there (the sign kept), so "unbounded" survives and no bound overflows an int.
+inline int clamp_window(int64_t w) {
+  constexpr int64_t u = fa4::hopper::kWindowUnbounded;
+  return static_cast<int>(w >= u ? u : w <= -u ? -u : w);
+}
+
+inline bool is_absent(const ffi::AnyBuffer& b) {
+  const auto dd = b.dimensions();
+  return dd.size() == 1 && dd[0] == 0;
+}
+
+// Checks one optional operand: absent ([0]) or exactly dtype `want_type` of shape `want`. On
+// success *present says which. `what` names the expected layout in the message ("[batch]").
+inline ffi::Error check_optional(const char* pass, const char* name, const ffi::AnyBuffer& b,
+                                 ffi::DataType want_type, const char* what, std::initializer_list<int64_t> want,
+                                 bool* present) {
+  *present = false;
+  if (is_absent(b) && b.element_type() == want_type) return ffi::Error::Success();
+  if (b.element_type() == want_type && same_dims(b.dimensions(), want)) {
+    *present = true;
+    return ffi::Error::Success();
+  }
+  return invalid(pass, std::string(name) + " must be " + dtype_str(want_type) + " " + what + " = " + dims_str(want) +
+                           " or absent (" + dtype_str(want_type) + " [0]); got " + dtype_str(b.element_type()) +
+                           " " + dims_str(b.dimensions()));
+}
+
+// A present operand's data. A present operand of zero elements (batch or seq 0) may come with a
+// null pointer; presence is what the kernels test, so it gets a non-null one that nothing reads
+// (every loop over it runs zero times).
+template <typename T>
+inline const T* present_data(const ffi::AnyBuffer& b) {
+  static const T kNothing[1] = {};
+  const void* p = b.untyped_data();
+  return p ? static_cast<const T*>(p) : kNothing;
+}
+
+inline int64_t segment_chunks(int64_t seq) {
+  return (seq + fa4::hopper::kSegmentChunk - 1) / fa4::hopper::kSegmentChunk;
+}
+
+// The variant of one call: the operands checked against d, the attributes (window bounds may be
+// negative; >= 1 << 30 is unbounded; softcap 0 = none, else positive and finite) into *v.
+inline ffi::Error decode_variant(const char* pass, const Dims& d, const VariantOperands& ops, int64_t window_left,
+                                 int64_t window_right, double softcap, fa4::hopper::AttentionVariant* v) {
+  using ffi::DataType;
+  *v = fa4::hopper::AttentionVariant{};
+  if (!(std::isfinite(softcap) && softcap >= 0.0))
+    return invalid(pass, "softcap must be 0 (none) or positive and finite; got " + std::to_string(softcap));
+  v->window_left = clamp_window(window_left);
+  v->window_right = clamp_window(window_right);
+  v->softcap = static_cast<float>(softcap);
+  if (softcap > 0.0 && !(v->softcap > 0.f && std::isfinite(v->softcap)))
+    return invalid(pass, "softcap " + std::to_string(softcap) + " is not representable as a positive float32");
+  bool present = false;
+  if (ops.q_lengths) {
+    if (auto e = check_optional(pass, "q_lengths", *ops.q_lengths, DataType::S32, "[batch]", {d.batch}, &present);
+        e.failure())
+      return e;
+    if (present) v->q_lengths = present_data<int32_t>(*ops.q_lengths);
+  }
+  if (ops.kv_lengths) {
+    if (auto e = check_optional(pass, "kv_lengths", *ops.kv_lengths, DataType::S32, "[batch]", {d.batch}, &present);
+        e.failure())
+      return e;
+    if (present) v->kv_lengths = present_data<int32_t>(*ops.kv_lengths);
+  }
+  bool q_ids = false, kv_ids = false;
+  if (ops.q_segment_ids) {
+    if (auto e = check_optional(pass, "q_segment_ids", *ops.q_segment_ids, DataType::S32, "[batch, seq_q]",
+                                {d.batch, d.seq_q}, &q_ids);
+        e.failure())
+      return e;
+  }
+  if (ops.kv_segment_ids) {
+    if (auto e = check_optional(pass, "kv_segment_ids", *ops.kv_segment_ids, DataType::S32, "[batch, seq_k]",
+                                {d.batch, d.seq_k}, &kv_ids);
+        e.failure())
+      return e;
+  }
+  if (q_ids != kv_ids)
+    return invalid(pass, std::string("q_segment_ids and kv_segment_ids must both be present or both absent; got ") +
+                             (q_ids ? "q_segment_ids only" : "kv_segment_ids only"));
+  if (q_ids) {
+    v->q_segment_ids = present_data<int32_t>(*ops.q_segment_ids);
+    v->kv_segment_ids = present_data<int32_t>(*ops.kv_segment_ids);
+  }
+  // The 64-row chunk ranges (CUDA handlers): present exactly when the ids are.
+  if (ops.q_segment_ranges || ops.kv_segment_ranges) {
+    if (!ops.q_segment_ranges || !ops.kv_segment_ranges)
+      return invalid(pass, "internal: a handler passed one segment range operand without the other");
+    bool qr = false, kr = false;
+    if (auto e = check_optional(pass, "q_segment_ranges", *ops.q_segment_ranges, DataType::S32,
+                                "[batch, ceil(seq_q / 64), 2]", {d.batch, segment_chunks(d.seq_q), 2}, &qr);
+        e.failure())
+      return e;
+    if (auto e = check_optional(pass, "kv_segment_ranges", *ops.kv_segment_ranges, DataType::S32,
+                                "[batch, ceil(seq_k / 64), 2]", {d.batch, segment_chunks(d.seq_k), 2}, &kr);
+        e.failure())
+      return e;
+    if (qr != q_ids || kr != q_ids)
+      return invalid(pass, std::string("q_segment_ranges and kv_segment_ranges must be present exactly when the "
+                                       "segment ids are (ids ") +
+                               (q_ids ? "present" : "absent") + "; ranges: q " + (qr ? "present" : "absent") +
+                               ", kv " + (kr ? "present" : "absent") + ")");
+    if (q_ids) {
+      v->q_segment_ranges = present_data<int32_t>(*ops.q_segment_ranges);
+      v->kv_segment_ranges = present_data<int32_t>(*ops.kv_segment_ranges);
+    }
+  }
+  if (ops.sinks) {
+    if (auto e = check_optional(pass, "sinks", *ops.sinks, DataType::F32, "[batch, heads_q]", {d.batch, d.heads_q},
+                                &present);
+        e.failure())
+      return e;
+    if (present) v->sinks = present_data<float>(*ops.sinks);
+  }
+  return ffi::Error::Success();
 }
 
 // What the CPU kernels take: float32, bfloat16 or float16; head dims 1..256 (v's may differ).

@@ -1,7 +1,9 @@
-// XLA FFI handler "jax_fa4_bwd_cuda": (q, k, v, o, lse, do, dlse) -> (dq, dk, dv, workspace);
-// attributes softmax_scale, causal, deterministic (bitwise reproducible dq: the kernel orders the
-// dQ adds of each query block by key block, see cuda/hopper/bwd/).
-// Decodes and checks the buffers (ffi/args.h, shared with the CPU handler), splits the float32
+// XLA FFI handler "jax_fa4_bwd_cuda": (q, k, v, o, lse, do, dlse, q_lengths, kv_lengths,
+// q_segment_ids, kv_segment_ids, q_segment_ranges, kv_segment_ranges) -> (dq, dk, dv, workspace);
+// absent optional operands are [0] buffers (no sinks: the lse already includes them). Attributes
+// softmax_scale, causal, window_left, window_right, softcap, deterministic (bitwise reproducible
+// dq: the kernel orders the dQ adds of each query block by key block, see cuda/hopper/bwd/).
+// Decodes and checks the buffers and the variant (ffi/args.h, shared with the CPU handler), splits the float32
 // workspace (dQ accumulator, lse * log2 e, delta') out of its last result, and enqueues the Hopper
 // backward (cuda/hopper/bwd/launch.h) on XLA's stream. Every problem becomes an FFI error (the Python layer checks too, but this handler
 // trusts nothing).
@@ -31,19 +33,34 @@ using jax_fa4::ffi_text::dtype_str;
 
 ffi::Error BwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, ffi::AnyBuffer o,
                        ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer d_o, ffi::Buffer<ffi::F32> dlse,
-                       ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
+                       ffi::AnyBuffer q_lengths, ffi::AnyBuffer kv_lengths, ffi::AnyBuffer q_segment_ids,
+                       ffi::AnyBuffer kv_segment_ids, ffi::AnyBuffer q_segment_ranges,
+                       ffi::AnyBuffer kv_segment_ranges, ffi::Result<ffi::AnyBuffer> dq,
+                       ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
                        ffi::Result<ffi::AnyBuffer> workspace, double softmax_scale, bool causal,
-                       bool deterministic) {
+                       int64_t window_left, int64_t window_right, double softcap, bool deterministic) {
+  const char* pass = "backward";
   if (ffi::Error err = jax_fa4::check_hopper_device(); err.failure()) return err;
   jax_fa4::ffi_args::Dims d{};
   if (auto err = jax_fa4::ffi_args::check_bwd(q, k, v, o, lse, d_o, dlse, *dq, *dk, *dv, softmax_scale, &d);
       err.failure())
     return err;
-  if (auto err = jax_fa4::ffi_args::check_cuda_support("backward", d); err.failure()) return err;
+  if (auto err = jax_fa4::ffi_args::check_cuda_support(pass, d); err.failure()) return err;
+  jax_fa4::ffi_args::VariantOperands ops;
+  ops.q_lengths = &q_lengths;
+  ops.kv_lengths = &kv_lengths;
+  ops.q_segment_ids = &q_segment_ids;
+  ops.kv_segment_ids = &kv_segment_ids;
+  ops.q_segment_ranges = &q_segment_ranges;
+  ops.kv_segment_ranges = &kv_segment_ranges;
+  fa4::hopper::AttentionVariant variant;
+  if (auto err = jax_fa4::ffi_args::decode_variant(pass, d, ops, window_left, window_right, softcap, &variant);
+      err.failure())
+    return err;
   const int64_t b = d.batch, sq = d.seq_q, hq = d.heads_q;
 
   fa4::hopper::BwdProblem p{};
-  static_cast<fa4::hopper::ProblemShape&>(p) = jax_fa4::ffi_args::hopper_shape(d, softmax_scale, causal);
+  static_cast<fa4::hopper::ProblemShape&>(p) = jax_fa4::ffi_args::hopper_shape(d, softmax_scale, causal, variant);
   p.q = q.untyped_data();
   p.k = k.untyped_data();
   p.v = v.untyped_data();
@@ -89,10 +106,19 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Fa4BwdCuda, BwdCudaImpl,
                                   .Arg<ffi::Buffer<ffi::F32>>()  // lse [b, hq, sq]
                                   .Arg<ffi::AnyBuffer>()         // do [b, sq, hq, d]
                                   .Arg<ffi::Buffer<ffi::F32>>()  // dlse [b, hq, sq]: cotangent of lse
+                                  .Arg<ffi::AnyBuffer>()         // q_lengths int32 [b] or [0]
+                                  .Arg<ffi::AnyBuffer>()         // kv_lengths int32 [b] or [0]
+                                  .Arg<ffi::AnyBuffer>()         // q_segment_ids int32 [b, sq] or [0]
+                                  .Arg<ffi::AnyBuffer>()         // kv_segment_ids int32 [b, sk] or [0]
+                                  .Arg<ffi::AnyBuffer>()         // q_segment_ranges int32 [b, ceil(sq / 64), 2] or [0]
+                                  .Arg<ffi::AnyBuffer>()         // kv_segment_ranges int32 [b, ceil(sk / 64), 2] or [0]
                                   .Ret<ffi::AnyBuffer>()         // dq [b, sq, hq, d]
                                   .Ret<ffi::AnyBuffer>()         // dk [b, sk, hkv, d]
                                   .Ret<ffi::AnyBuffer>()         // dv [b, sk, hkv, d]
                                   .Ret<ffi::AnyBuffer>()         // workspace: uint8 [>= bwd_workspace_bytes]
                                   .Attr<double>("softmax_scale")
-                                  .Attr<bool>("causal")
+                                  .Attr<bool>("causal")           // right bound min(window_right, 0)
+                                  .Attr<int64_t>("window_left")   // >= 1 << 30: unbounded
+                                  .Attr<int64_t>("window_right")  // >= 1 << 30: unbounded
+                                  .Attr<double>("softcap")        // 0: none
                                   .Attr<bool>("deterministic"));

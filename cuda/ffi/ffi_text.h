@@ -20,6 +20,13 @@ inline std::string dtype_str(xla::ffi::DataType t) {
     case xla::ffi::DataType::F32: return "float32";
     case xla::ffi::DataType::F64: return "float64";
     case xla::ffi::DataType::U8: return "uint8";
+    case xla::ffi::DataType::S8: return "int8";
+    case xla::ffi::DataType::S16: return "int16";
+    case xla::ffi::DataType::S32: return "int32";
+    case xla::ffi::DataType::S64: return "int64";
+    case xla::ffi::DataType::U32: return "uint32";
+    case xla::ffi::DataType::U64: return "uint64";
+    case xla::ffi::DataType::PRED: return "bool";
     default: return "dtype code " + std::to_string(static_cast<int>(t));
   }
 }
