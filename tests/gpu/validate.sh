@@ -8,6 +8,8 @@
 #   tests     pytest tests/gpu (jax_fa4 through JAX against the float64 oracle, the error rule)
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on the harnesses' small shapes
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS (only when named in STAGES)
+#   variants  benchmarks/bench_variants.py $VARIANTS_ARGS (only when named in STAGES; the peers
+#             from ../shared/peers when .peers/bin/env.sh is there, tokamax from .whl)
 # STAGES (default "install harness tests sanitize"), BUDGET (default 570), OUT (default
 # /tmp/validate). $OUT/summary.txt has the timeline and verdicts; the logs go beside it.
 set -o pipefail
@@ -109,5 +111,16 @@ if has bench; then
     --out "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
   stamp "benchmark rc=$?"
   grep -E "^\|" "$OUT/bench.txt" > "$OUT/bench_tables.md"
+fi
+
+if has variants; then
+  stamp "variants benchmark ${VARIANTS_ARGS:-}"
+  (
+    [ -f .peers/bin/env.sh ] && source .peers/bin/env.sh
+    [ -d .whl/stub ] && export PYTHONPATH=$PWD/.whl/stub${PYTHONPATH:+:$PYTHONPATH}  # tokamax's xprof import
+    timeout "$(cap 540 5)" python3 benchmarks/bench_variants.py ${VARIANTS_ARGS:-} --out "$OUT/variants.json"
+  ) > "$OUT/variants.txt" 2>&1
+  stamp "variants benchmark rc=$?"
+  grep -E "fwd|matmul" "$OUT/variants.txt" | tail -60 | tee -a "$S"
 fi
 stamp "done"
