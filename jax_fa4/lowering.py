@@ -7,10 +7,17 @@ Registered when this module is imported (jax_fa4's ``__init__`` does):
   call has a fourth result, its uint8 device workspace, which the rule drops);
 * ``rocm`` and any other platform -> a NotImplementedError.
 
-Operands and results are those of the primitives (:mod:`jax_fa4.primitives`): the forward takes
-q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv] and gives o [b, sq, hq, dv], lse float32
-[b, hq, sq]; the backward takes (q, k, v, o, lse, do, dlse) and gives (dq, dk, dv). Attributes:
-softmax_scale (f64), causal (i1) and, for the backward, deterministic (i1).
+The custom calls have a fixed arity. The forward takes q [b, sq, hq, d], k [b, sk, hkv, d],
+v [b, sk, hkv, dv], then q_lengths, kv_lengths (int32 [b]), q_segment_ids (int32 [b, sq]),
+kv_segment_ids (int32 [b, sk]) and sinks (float32 [b, hq]), and gives o [b, sq, hq, dv], lse
+float32 [b, hq, sq]; the backward takes (q, k, v, o, lse, do, dlse, q_lengths, kv_lengths,
+q_segment_ids, kv_segment_ids) and gives (dq, dk, dv). An extra operand the primitive was not
+given (:mod:`jax_fa4.primitives`, its ``extras``) is a zero-element placeholder of shape [0] and
+its dtype. The CUDA calls also take q_segment_ranges and kv_segment_ranges (int32
+[b, ceil(s / 64), 2]: per 64-position chunk the min and max id, the last chunk over its valid
+positions only), computed here from the segment ids (placeholders without them). Attributes:
+softmax_scale (f64), causal (i1), window_left and window_right (i64; ``1 << 30`` for an
+unbounded side), softcap (f64; 0 for none) and, for the backward, deterministic (i1).
 
 Under a multi-device ``jax.jit`` the rule lowers the primitive through its custom_partitioning
 wrapper instead (:func:`jax_fa4.sharding.lower_partitioned`); the per-shard programs that the
@@ -25,10 +32,11 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.interpreters import mlir
 
 from jax_fa4 import _ffi, sharding
-from jax_fa4.primitives import fa4_bwd_p, fa4_fwd_p
+from jax_fa4.primitives import BWD_EXTRAS, EXTRAS, fa4_bwd_p, fa4_fwd_p
 from jax_fa4.validation import check_cuda_support
 
 # A rule (ctx, *operands, **params) -> the primitive's results, as MLIR values.
@@ -95,15 +103,101 @@ def _ffi_call(
     return list(jax.ffi.ffi_lowering(target)(call_ctx, *args, **params))[:n_out]
 
 
+# Window bound meaning "unbounded" in the custom calls' attributes (the kernels read any bound
+# of this magnitude or more as unbounded).
+WINDOW_UNBOUNDED = 1 << 30
+# The chunk of positions whose min / max segment id the CUDA kernels read (kSegmentChunk).
+SEGMENT_CHUNK = 64
+
+_EXTRA_DTYPES = {
+    "q_lengths": np.int32,
+    "kv_lengths": np.int32,
+    "q_segment_ids": np.int32,
+    "kv_segment_ids": np.int32,
+    "sinks": np.float32,
+}
+
+
+def _window_attr(bound: int | None) -> np.int64:
+    """A window bound as the i64 attribute (None -> unbounded; saturated at +-(1 << 30))."""
+    if bound is None:
+        return np.int64(WINDOW_UNBOUNDED)
+    return np.int64(max(-WINDOW_UNBOUNDED, min(WINDOW_UNBOUNDED, int(bound))))
+
+
+def segment_ranges(ids: jax.Array) -> jax.Array:
+    """Per 64-position chunk of each row, the (min, max) segment id: int32 [b, ceil(s/64), 2]
+    from ids int32 [b, s]; the last chunk's positions beyond s do not count."""
+    b, s = ids.shape
+    chunks = -(-s // SEGMENT_CHUNK)
+    pad = chunks * SEGMENT_CHUNK - s
+    info = jnp.iinfo(jnp.int32)
+    lo = jnp.pad(ids, ((0, 0), (0, pad)), constant_values=info.max)
+    hi = jnp.pad(ids, ((0, 0), (0, pad)), constant_values=info.min)
+    lo = lo.reshape(b, chunks, SEGMENT_CHUNK).min(axis=2)
+    hi = hi.reshape(b, chunks, SEGMENT_CHUNK).max(axis=2)
+    return jnp.stack([lo, hi], axis=2).astype(jnp.int32)
+
+
+def _placeholder(dtype) -> tuple[mlir.ir.Value, jax.core.ShapedArray]:
+    """A zero-element [0] operand of `dtype` for an absent extra, with its aval."""
+    return mlir.ir_constant(np.zeros((0,), dtype)), jax.core.ShapedArray((0,), dtype)
+
+
+def _full_operands(
+    ctx: mlir.LoweringRuleContext,
+    args: Sequence[mlir.ir.Value],
+    n_regular: int,
+    extras: Sequence[str],
+    names: Sequence[str],
+    platform: str,
+) -> tuple[list[mlir.ir.Value], list[jax.core.ShapedArray]]:
+    """The custom call's fixed operand list and their avals: the regular operands, then one per
+    name of `names` (the given extra, or a placeholder), then on CUDA the segment ranges."""
+    values = list(args[:n_regular])
+    avals = list(ctx.avals_in[:n_regular])
+    given = dict(
+        zip(extras, zip(args[n_regular:], ctx.avals_in[n_regular:], strict=True), strict=True)
+    )
+    for name in names:
+        value, aval = given.get(name) or _placeholder(_EXTRA_DTYPES[name])
+        values.append(value)
+        avals.append(aval)
+    if platform == "cuda":
+        if "q_segment_ids" in given:
+            ids = [given["q_segment_ids"], given["kv_segment_ids"]]
+            out_avals = [
+                jax.core.ShapedArray((a.shape[0], -(-a.shape[1] // SEGMENT_CHUNK), 2), np.int32)
+                for _, a in ids
+            ]
+            sub = ctx.replace(avals_in=[a for _, a in ids], avals_out=out_avals)
+            ranges = mlir.lower_fun(
+                lambda qi, ki: (segment_ranges(qi), segment_ranges(ki)), multiple_results=True
+            )(sub, *(x for x, _ in ids))
+            values.extend(mlir.flatten_ir_values(ranges))
+            avals.extend(out_avals)
+        else:
+            for _ in range(2):
+                value, aval = _placeholder(np.int32)
+                values.append(value)
+                avals.append(aval)
+    return values, avals
+
+
 def _lower(kind: str, platform: str) -> LoweringRule:
     """The lowering rule of fa4_{kind}_p (kind "fwd" or "bwd") on `platform` ("cpu", "cuda")."""
     target = (_ffi.FWD_TARGET if kind == "fwd" else _ffi.BWD_TARGET).format(platform=platform)
+    n_regular, names = (3, EXTRAS) if kind == "fwd" else (7, BWD_EXTRAS)
 
     def rule(
         ctx: mlir.LoweringRuleContext,
         *args: mlir.ir.Value,
         softmax_scale: float,
         causal: bool,
+        window_left: int | None = None,
+        window_right: int | None = None,
+        softcap: float | None = None,
+        extras: tuple[str, ...] = (),
         **bwd_params: object,
     ) -> Sequence[mlir.ir.Value]:
         _check_target(target, platform)
@@ -111,7 +205,14 @@ def _lower(kind: str, platform: str) -> LoweringRule:
             _check_sm90()
             q_aval, _, v_aval = ctx.avals_in[:3]
             check_cuda_support(q_aval.dtype, q_aval.shape[3], v_aval.shape[3])
-        params: dict[str, object] = dict(softmax_scale=float(softmax_scale), causal=bool(causal))
+        params: dict[str, object] = dict(
+            softmax_scale=float(softmax_scale),
+            causal=bool(causal),
+            window_left=window_left,
+            window_right=window_right,
+            softcap=softcap,
+            extras=tuple(extras),
+        )
         if kind == "bwd":  # deterministic: the backward's only extra parameter
             params["deterministic"] = bool(bwd_params.pop("deterministic", False))
         assert not bwd_params, f"unknown parameters of fa4_{kind}: {sorted(bwd_params)}"
@@ -121,7 +222,17 @@ def _lower(kind: str, platform: str) -> LoweringRule:
             return sharding.lower_partitioned(kind, ctx, *args, **params)
         # Per-shard lowerings of a partitioned program come back through this rule (their
         # context is manual, so partitions_here is False): the extra results are added there.
-        return _ffi_call(target, ctx, *args, **params)
+        values, avals = _full_operands(ctx, args, n_regular, extras, names, platform)
+        attrs: dict[str, object] = dict(
+            softmax_scale=float(softmax_scale),
+            causal=bool(causal),
+            window_left=_window_attr(window_left),
+            window_right=_window_attr(window_right),
+            softcap=float(0.0 if softcap is None else softcap),
+        )
+        if kind == "bwd":
+            attrs["deterministic"] = params["deterministic"]
+        return _ffi_call(target, ctx.replace(avals_in=avals), *values, **attrs)
 
     return rule
 

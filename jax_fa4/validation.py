@@ -166,3 +166,198 @@ def check_cuda_support(dtype: np.dtype, head_dim: int, head_dim_v: int) -> None:
             f"jax_fa4 on the GPU supports head_dim in {CUDA_HEAD_DIMS} with v's head_dim equal "
             f"to q's; got q/k head_dim {head_dim}, v head_dim {head_dim_v}"
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# The variants: window, lengths, segment ids, soft cap, sinks
+# ---------------------------------------------------------------------------------------------
+
+_WINDOW_ALLOWED = (
+    "None (no window), a non-negative Python int w (meaning (w, w)), or a pair (left, right) of "
+    "non-negative Python ints or None (unbounded on that side), e.g. local_window_size=(1024, 0)"
+)
+
+
+def _is_static_int(x: object) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _window_side(side: str, x: object) -> int | None:
+    if x is None:
+        return None
+    if isinstance(x, jax.core.Tracer):
+        raise ValueError(
+            f"local_window_size's {side} bound must be a static Python int, not {_describe(x)}: "
+            f"the window is fixed when the kernel call is traced. Allowed: {_WINDOW_ALLOWED}"
+        )
+    if not _is_static_int(x):
+        raise ValueError(
+            f"local_window_size's {side} bound must be a non-negative int or None; got "
+            f"{_describe(x)}. Allowed: {_WINDOW_ALLOWED}"
+        )
+    if int(x) < 0:
+        raise ValueError(
+            f"local_window_size's {side} bound must be non-negative; got {int(x)}. Allowed: "
+            f"{_WINDOW_ALLOWED}"
+        )
+    return int(x)
+
+
+def check_window(local_window_size: object) -> tuple[int | None, int | None]:
+    """(left, right) of a ``local_window_size`` argument; None is unbounded on that side.
+
+    Key j is visible from query i (after the lengths' offset) only if ``i - left <= j <= i +
+    right``. Raises ValueError for negative, non-integer, traced or wrong-arity windows.
+    """
+    if local_window_size is None:
+        return None, None
+    if isinstance(local_window_size, (tuple, list)):
+        if len(local_window_size) != 2:
+            raise ValueError(
+                f"local_window_size must be an int or a pair (left, right); got a "
+                f"{type(local_window_size).__name__} of {len(local_window_size)} entries "
+                f"{tuple(local_window_size)!r}. Allowed: {_WINDOW_ALLOWED}"
+            )
+        left, right = local_window_size
+        return _window_side("left", left), _window_side("right", right)
+    if isinstance(local_window_size, (jax.core.Tracer, jax.Array, np.ndarray)) and np.ndim(
+        local_window_size
+    ):
+        raise ValueError(
+            f"local_window_size must be an int or a pair (left, right); got "
+            f"{_describe(local_window_size)}. Allowed: {_WINDOW_ALLOWED}"
+        )
+    w = _window_side("left and right", local_window_size)
+    return w, w
+
+
+_SOFTCAP_ALLOWED = "None or a static positive finite Python float, e.g. logits_soft_cap=30.0"
+
+
+def check_softcap(logits_soft_cap: object) -> float | None:
+    """The soft cap as a Python float, or None; raises ValueError unless it is a static positive
+    finite real number (a concrete 0-d array is converted with ``float()``)."""
+    if logits_soft_cap is None:
+        return None
+    if isinstance(logits_soft_cap, jax.core.Tracer):
+        raise ValueError(
+            f"logits_soft_cap must be a static Python float, not {_describe(logits_soft_cap)}: "
+            f"the soft cap is fixed when the kernel call is traced. Allowed: {_SOFTCAP_ALLOWED}"
+        )
+    if isinstance(logits_soft_cap, (jax.Array, np.ndarray, np.generic)):
+        dtype = np.dtype(logits_soft_cap.dtype)
+        if np.shape(logits_soft_cap) != () or dtype == np.bool_ or dtype.kind not in "fiu":
+            raise ValueError(
+                f"logits_soft_cap must be a positive finite real scalar; got "
+                f"{_describe(logits_soft_cap)}. Allowed: {_SOFTCAP_ALLOWED}"
+            )
+    elif isinstance(logits_soft_cap, bool) or not isinstance(logits_soft_cap, numbers.Real):
+        raise ValueError(
+            f"logits_soft_cap must be a positive finite real number; got "
+            f"{_describe(logits_soft_cap)}. Allowed: {_SOFTCAP_ALLOWED}"
+        )
+    cap = float(logits_soft_cap)
+    if not (math.isfinite(cap) and cap > 0.0):
+        raise ValueError(
+            f"logits_soft_cap must be positive and finite; got {cap}. Allowed: {_SOFTCAP_ALLOWED}"
+        )
+    return cap
+
+
+def _describe_array(x: object) -> str:
+    if isinstance(x, jax.core.Tracer):
+        aval = x.aval
+        return f"a traced array of shape {tuple(aval.shape)} and dtype {aval.dtype}"
+    shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+    if shape is not None and dtype is not None:
+        return f"an array of shape {tuple(shape)} and dtype {np.dtype(dtype).name}"
+    return f"{type(x).__name__} {x!r}"
+
+
+def _as_array(name: str, x: object, allowed: str) -> jax.Array:
+    """x as a jax array (Python lists and NumPy arrays are converted); raises TypeError."""
+    if isinstance(x, (jax.Array, np.ndarray, np.generic)):
+        return jnp.asarray(x)
+    if isinstance(x, (list, tuple)):
+        try:
+            return jnp.asarray(x)
+        except (TypeError, ValueError) as err:
+            raise TypeError(
+                f"{name} must be an array; got {_describe_array(x)}. Allowed: {allowed}"
+            ) from err
+    raise TypeError(f"{name} must be an array; got {_describe_array(x)}. Allowed: {allowed}")
+
+
+def _check_int_array(name: str, x: object, shape: tuple[int, ...], what: str) -> jax.Array:
+    """x checked to be an integer array of `shape` ([batch] or [batch, seq]), not yet cast."""
+    allowed = f"an integer array (int32, or another integer dtype cast to int32) of shape {what}"
+    arr = _as_array(name, x, allowed)
+    dtype = np.dtype(arr.dtype)
+    if dtype == np.bool_ or dtype.kind not in "iu":
+        raise ValueError(
+            f"{name} must have an integer dtype; got {_describe_array(arr)}. Allowed: {allowed}"
+        )
+    if tuple(arr.shape) != shape:
+        raise ValueError(
+            f"{name} must have shape {what} = {shape}; got {_describe_array(arr)}. "
+            f"Allowed: {allowed}"
+        )
+    return arr
+
+
+def check_seq_lengths(name: str, lengths: object, batch: int, seq: int) -> jax.Array | None:
+    """``query_seq_lengths`` / ``key_value_seq_lengths``: None, or an integer array ``[batch]``,
+    returned as int32 clamped to ``[0, seq]``."""
+    if lengths is None:
+        return None
+    arr = _check_int_array(name, lengths, (batch,), "[batch]")
+    # Clamped before the cast to int32, so that a huge int64 length cannot wrap around.
+    return jnp.clip(arr, 0, seq).astype(jnp.int32)
+
+
+def check_segment_ids(
+    segment_ids: object, batch: int, seq_q: int, seq_k: int
+) -> tuple[jax.Array, jax.Array] | None:
+    """``segment_ids``: None, an integer array ``[batch, seq]`` (needs ``seq_q == seq_k``) or a
+    pair ``(q_ids [batch, seq_q], kv_ids [batch, seq_k])``; returns (q_ids, kv_ids) as int32
+    (other integer dtypes are cast: their values must fit in int32)."""
+    if segment_ids is None:
+        return None
+    if isinstance(segment_ids, (tuple, list)):  # a pair (a nested list is not an array here)
+        if len(segment_ids) != 2:
+            raise ValueError(
+                f"segment_ids must be one array [batch, seq] or a pair (q_segment_ids, "
+                f"kv_segment_ids); got a {type(segment_ids).__name__} of {len(segment_ids)} "
+                "entries"
+            )
+        q_ids = _check_int_array("q_segment_ids", segment_ids[0], (batch, seq_q), "[batch, seq_q]")
+        kv_ids = _check_int_array(
+            "kv_segment_ids", segment_ids[1], (batch, seq_k), "[batch, seq_k]"
+        )
+        return q_ids.astype(jnp.int32), kv_ids.astype(jnp.int32)
+    if seq_q != seq_k:
+        raise ValueError(
+            f"segment_ids as one array needs seq_q == seq_k; got seq_q {seq_q}, seq_k {seq_k}. "
+            "Pass a pair (q_segment_ids [batch, seq_q], kv_segment_ids [batch, seq_k]) instead"
+        )
+    ids = _check_int_array("segment_ids", segment_ids, (batch, seq_q), "[batch, seq]")
+    ids = ids.astype(jnp.int32)
+    return ids, ids
+
+
+def check_sinks(sinks: object, heads_q: int) -> jax.Array | None:
+    """``sinks``: None, or a floating-point array ``[heads_q]`` (returned unchanged: its
+    gradient comes back in its dtype)."""
+    if sinks is None:
+        return None
+    allowed = f"a floating-point array of shape [heads_q] = ({heads_q},)"
+    arr = _as_array("sinks", sinks, allowed)
+    if not jnp.issubdtype(arr.dtype, jnp.floating):
+        raise ValueError(
+            f"sinks must be floating-point; got {_describe_array(arr)}. Allowed: {allowed}"
+        )
+    if tuple(arr.shape) != (heads_q,):
+        raise ValueError(
+            f"sinks must have shape [heads_q]; got {_describe_array(arr)}. Allowed: {allowed}"
+        )
+    return arr
