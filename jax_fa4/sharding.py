@@ -46,6 +46,7 @@ any other.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -141,11 +142,14 @@ def plan_for(
     q_shape: tuple[int, ...],
     k_shape: tuple[int, ...],
     causal: bool,
+    variant: bool = False,
 ) -> Plan:
     """Picks the split of one attention call from its operands' specs (see the module doc).
 
-    q_spec / k_spec: padded PartitionSpec entries of q and k, or None when unknown. Never
-    raises: whatever it cannot run exactly is left replicated.
+    q_spec / k_spec: padded PartitionSpec entries of q and k, or None when unknown. `variant`:
+    the call has a window, lengths, segment ids, a soft cap or sinks; its sequence is then never
+    split (batch and heads are, as without them). Never raises: whatever it cannot run exactly
+    is left replicated.
     """
     if q_spec is None:
         return Plan()
@@ -179,7 +183,7 @@ def plan_for(
     used |= set(heads)
 
     seq = _axes(q_spec[1])
-    if not usable(seq, used) or sq % size(seq):
+    if variant or not usable(seq, used) or sq % size(seq):
         return Plan(batch, heads, kv_heads)
     n = size(seq)
     if causal:
@@ -192,7 +196,44 @@ def plan_for(
     return Plan(batch, heads, kv_heads, seq, ring=ring_ok)
 
 
-def _plan_from_shapes(mesh: Mesh, arg_shapes: Sequence[ShapeInfo], causal: bool) -> Plan:
+@dataclass(frozen=True)
+class Params:
+    """The primitives' static parameters (:mod:`jax_fa4.primitives`), one hashable value: the
+    partitioning callbacks' static argument. ``deterministic`` is None for the forward."""
+
+    softmax_scale: float
+    causal: bool
+    window_left: int | None = None
+    window_right: int | None = None
+    softcap: float | None = None
+    extras: tuple[str, ...] = ()
+    deterministic: bool | None = None
+
+    @property
+    def variant(self) -> bool:
+        """Whether anything beyond dense / causal attention is asked for."""
+        return bool(
+            self.window_left is not None
+            or self.window_right is not None
+            or self.softcap is not None
+            or self.extras
+        )
+
+    def bind_params(self) -> dict[str, object]:
+        out: dict[str, object] = dict(
+            softmax_scale=self.softmax_scale,
+            causal=self.causal,
+            window_left=self.window_left,
+            window_right=self.window_right,
+            softcap=self.softcap,
+            extras=self.extras,
+        )
+        if self.deterministic is not None:
+            out["deterministic"] = self.deterministic
+        return out
+
+
+def _plan_from_shapes(mesh: Mesh, arg_shapes: Sequence[ShapeInfo], params: Params) -> Plan:
     """The plan of one call from its operands q [b, sq, hq, d] and k [b, sk, hkv, d]."""
     q, k = arg_shapes[0], arg_shapes[1]
     if getattr(mesh, "empty", True):
@@ -203,7 +244,8 @@ def _plan_from_shapes(mesh: Mesh, arg_shapes: Sequence[ShapeInfo], causal: bool)
         _compat.spec_of(k.sharding, mesh, 4),
         tuple(q.shape),
         tuple(k.shape),
-        causal,
+        params.causal,
+        params.variant,
     )
 
 
@@ -227,15 +269,27 @@ def _q_heads(hq: int, hkv: int) -> tuple[str | CompoundFactor, dict[str, int]]:
     return CompoundFactor("h", "g"), {"g": g}
 
 
+def _extra_mappings(extras: Sequence[str], qh: str | CompoundFactor) -> list[ArrayMapping]:
+    """Shardy's factors of the extra operands: lengths ``[b]``, q ids ``[b, s]``, kv ids
+    ``[b, t]``, sinks ``[b, (h g)]``."""
+    factors = {
+        "q_lengths": ("b",),
+        "kv_lengths": ("b",),
+        "q_segment_ids": ("b", "s"),
+        "kv_segment_ids": ("b", "t"),
+        "sinks": ("b", qh),
+    }
+    return [ArrayMapping(*factors[name]) for name in extras]
+
+
 def _fwd_rule(
-    softmax_scale: float,
-    causal: bool,
+    params: Params,
     mesh: Mesh,
     value_types: Sequence[ShapeInfo],
     result_types: Sequence[ShapeInfo],
 ) -> SdyShardingRule:
-    """Shardy's factors of the forward (module doc): (q, k, v) -> (o, lse)."""
-    del softmax_scale, causal, mesh, result_types
+    """Shardy's factors of the forward (module doc): (q, k, v, *extras) -> (o, lse)."""
+    del mesh, result_types
     hq, hkv = _shape(value_types[0])[2], _shape(value_types[1])[2]
     qh, sizes = _q_heads(hq, hkv)
     return SdyShardingRule(
@@ -243,6 +297,7 @@ def _fwd_rule(
             ArrayMapping("b", "s", qh, "d"),
             ArrayMapping("b", "t", "h", "d"),
             ArrayMapping("b", "t", "h", "e"),
+            *_extra_mappings(params.extras, qh),
         ),
         (ArrayMapping("b", "s", qh, "e"), ArrayMapping("b", qh, "s")),
         need_replication_factors=("d", "e"),
@@ -251,15 +306,13 @@ def _fwd_rule(
 
 
 def _bwd_rule(
-    softmax_scale: float,
-    causal: bool,
-    deterministic: bool,
+    params: Params,
     mesh: Mesh,
     value_types: Sequence[ShapeInfo],
     result_types: Sequence[ShapeInfo],
 ) -> SdyShardingRule:
-    """Shardy's factors of the backward: (q, k, v, o, lse, do, dlse) -> (dq, dk, dv)."""
-    del softmax_scale, causal, deterministic, mesh, result_types
+    """Shardy's factors of the backward: (q, k, v, o, lse, do, dlse, *extras) -> (dq, dk, dv)."""
+    del mesh, result_types
     hq, hkv = _shape(value_types[0])[2], _shape(value_types[1])[2]
     qh, sizes = _q_heads(hq, hkv)
     q = ArrayMapping("b", "s", qh, "d")
@@ -268,7 +321,10 @@ def _bwd_rule(
     o = ArrayMapping("b", "s", qh, "e")
     lse = ArrayMapping("b", qh, "s")
     return SdyShardingRule(
-        (q, k, v, o, lse, o, lse), (q, k, v), need_replication_factors=("d", "e"), **sizes
+        (q, k, v, o, lse, o, lse, *_extra_mappings(params.extras, qh)),
+        (q, k, v),
+        need_replication_factors=("d", "e"),
+        **sizes,
     )
 
 
@@ -277,40 +333,18 @@ def _bwd_rule(
 # ---------------------------------------------------------------------------------------------
 
 
-def _fwd_impl(
-    q: jax.Array, k: jax.Array, v: jax.Array, softmax_scale: float, causal: bool
-) -> tuple[jax.Array, jax.Array]:
-    """The unpartitioned forward: (o [b, sq, hq, dv], lse float32 [b, hq, sq])."""
-    return tuple(fa4_fwd_p.bind(q, k, v, softmax_scale=softmax_scale, causal=causal))
+def _fwd_impl(*args: Any) -> tuple[jax.Array, jax.Array]:
+    """The unpartitioned forward: (q, k, v, *extras, params) -> (o [b, sq, hq, dv], lse float32
+    [b, hq, sq])."""
+    *ops, params = args
+    return tuple(fa4_fwd_p.bind(*ops, **params.bind_params()))
 
 
-def _bwd_impl(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    o: jax.Array,
-    lse: jax.Array,
-    do: jax.Array,
-    dlse: jax.Array,
-    softmax_scale: float,
-    causal: bool,
-    deterministic: bool,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """The unpartitioned backward: (dq, dk, dv) shaped like (q, k, v)."""
-    return tuple(
-        fa4_bwd_p.bind(
-            q,
-            k,
-            v,
-            o,
-            lse,
-            do,
-            dlse,
-            softmax_scale=softmax_scale,
-            causal=causal,
-            deterministic=deterministic,
-        )
-    )
+def _bwd_impl(*args: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The unpartitioned backward: (q, k, v, o, lse, do, dlse, *extras, params) -> (dq, dk, dv)
+    shaped like (q, k, v)."""
+    *ops, params = args
+    return tuple(fa4_bwd_p.bind(*ops, **params.bind_params()))
 
 
 def _named_mesh(mesh: Mesh, arg_shapes: Sequence[ShapeInfo]) -> jax.sharding.Mesh:
@@ -333,16 +367,33 @@ def _shardings(
     )
 
 
+def _extra_shardings(
+    mesh: jax.sharding.Mesh, plan: Plan, extras: Sequence[str]
+) -> tuple[NamedSharding, ...]:
+    """The extras' shardings under `plan`: lengths and segment ids split with the batch (and
+    the q ids with q's sequence: a variant call's plan never splits it), sinks with the batch
+    and the q heads."""
+    b, h, s = _entry(plan.batch), _entry(plan.heads), _entry(plan.seq)
+    kv_seq = s if plan.ring else None
+    specs = {
+        "q_lengths": P(b),
+        "kv_lengths": P(b),
+        "q_segment_ids": P(b, s),
+        "kv_segment_ids": P(b, kv_seq),
+        "sinks": P(b, h),
+    }
+    return tuple(NamedSharding(mesh, specs[name]) for name in extras)
+
+
 def _fwd_infer(
-    softmax_scale: float,
-    causal: bool,
+    params: Params,
     mesh: Mesh,
     arg_shapes: Sequence[ShapeInfo],
     result_shape: Sequence[ShapeInfo],
 ) -> tuple[NamedSharding, NamedSharding]:
     """GSPMD: the (o, lse) shardings the forward's plan gives."""
-    del softmax_scale, result_shape
-    plan = _plan_from_shapes(mesh, arg_shapes, causal)
+    del result_shape
+    plan = _plan_from_shapes(mesh, arg_shapes, params)
     q_s, _, lse_s = _shardings(_named_mesh(mesh, arg_shapes), plan)
     return (q_s, lse_s)
 
@@ -359,68 +410,65 @@ def _pick_kv_head(plan: Plan, *kvs: jax.Array) -> tuple[tuple[jax.Array, ...], j
 
 
 def _fwd_partition(
-    softmax_scale: float,
-    causal: bool,
+    params: Params,
     mesh: Mesh,
     arg_shapes: Sequence[ShapeInfo],
     result_shape: Sequence[ShapeInfo],
 ) -> Partition:
     """The forward's per-device body under its plan, and the shardings it needs."""
     del result_shape
-    plan = _plan_from_shapes(mesh, arg_shapes, causal)
+    plan = _plan_from_shapes(mesh, arg_shapes, params)
     mesh = _named_mesh(mesh, arg_shapes)
     q_s, kv_s, lse_s = _shardings(mesh, plan)
+    extra_s = _extra_shardings(mesh, plan, params.extras)
 
-    def lower_fn(q, k, v):
+    def lower_fn(q, k, v, *extra_ops):
         (k, v), _ = _pick_kv_head(plan, k, v)
-        if plan.ring:
+        if plan.ring:  # never with variants (plan_for keeps their sequence whole)
             return ring_engine.ring_fwd_local(
                 q,
                 k,
                 v,
                 axis_name=_entry(plan.seq),
-                causal=causal,
-                softmax_scale=softmax_scale,
+                causal=params.causal,
+                softmax_scale=params.softmax_scale,
                 layout="contiguous",
             )
-        return _fwd_impl(q, k, v, softmax_scale, causal)
+        return _fwd_impl(q, k, v, *extra_ops, params)
 
-    return mesh, lower_fn, (q_s, lse_s), (q_s, kv_s, kv_s)
+    return mesh, lower_fn, (q_s, lse_s), (q_s, kv_s, kv_s, *extra_s)
 
 
 def _bwd_infer(
-    softmax_scale: float,
-    causal: bool,
-    deterministic: bool,
+    params: Params,
     mesh: Mesh,
     arg_shapes: Sequence[ShapeInfo],
     result_shape: Sequence[ShapeInfo],
 ) -> tuple[NamedSharding, NamedSharding, NamedSharding]:
     """GSPMD: the (dq, dk, dv) shardings the backward's plan gives."""
-    del softmax_scale, deterministic, result_shape
-    plan = _plan_from_shapes(mesh, arg_shapes, causal)
+    del result_shape
+    plan = _plan_from_shapes(mesh, arg_shapes, params)
     q_s, kv_s, _ = _shardings(_named_mesh(mesh, arg_shapes), plan)
     return (q_s, kv_s, kv_s)
 
 
 def _bwd_partition(
-    softmax_scale: float,
-    causal: bool,
-    deterministic: bool,
+    params: Params,
     mesh: Mesh,
     arg_shapes: Sequence[ShapeInfo],
     result_shape: Sequence[ShapeInfo],
 ) -> Partition:
     """The backward's per-device body under its plan, and the shardings it needs."""
     del result_shape
-    plan = _plan_from_shapes(mesh, arg_shapes, causal)
+    plan = _plan_from_shapes(mesh, arg_shapes, params)
     mesh = _named_mesh(mesh, arg_shapes)
     q_s, kv_s, lse_s = _shardings(mesh, plan)
+    extra_s = _extra_shardings(mesh, plan, params.extras)
 
-    def lower_fn(q, k, v, o, lse, do, dlse):
+    def lower_fn(q, k, v, o, lse, do, dlse, *extra_ops):
         hkv = k.shape[2]
         (k_loc, v_loc), kv_idx = _pick_kv_head(plan, k, v)
-        if plan.ring:
+        if plan.ring:  # never with variants (plan_for keeps their sequence whole)
             dq, dk, dv = ring_engine.ring_bwd_local(
                 q,
                 k_loc,
@@ -430,15 +478,13 @@ def _bwd_partition(
                 do,
                 dlse,
                 axis_name=_entry(plan.seq),
-                causal=causal,
-                softmax_scale=softmax_scale,
+                causal=params.causal,
+                softmax_scale=params.softmax_scale,
                 layout="contiguous",
-                deterministic=deterministic,
+                deterministic=bool(params.deterministic),
             )
         else:
-            dq, dk, dv = _bwd_impl(
-                q, k_loc, v_loc, o, lse, do, dlse, softmax_scale, causal, deterministic
-            )
+            dq, dk, dv = _bwd_impl(q, k_loc, v_loc, o, lse, do, dlse, *extra_ops, params)
         # k and v whole over an axis that splits the queries: their gradients are partial sums.
         sum_axes = () if plan.ring else plan.seq
         if kv_idx is not None:  # put this device's kv head back among all of them
@@ -459,23 +505,32 @@ def _bwd_partition(
             )
         return dq, dk, dv
 
-    return mesh, lower_fn, (q_s, kv_s, kv_s), (q_s, kv_s, kv_s, q_s, lse_s, q_s, lse_s)
+    operand_s = (q_s, kv_s, kv_s, q_s, lse_s, q_s, lse_s, *extra_s)
+    return mesh, lower_fn, (q_s, kv_s, kv_s), operand_s
 
 
-_fwd_cp = custom_partitioning(_fwd_impl, static_argnums=(3, 4))
-_fwd_cp.def_partition(
-    partition=_fwd_partition,
-    infer_sharding_from_operands=_fwd_infer,
-    sharding_rule=_fwd_rule,
-    decode_shardings=False,  # read with _compat.spec_of, which never raises
-)
-_bwd_cp = custom_partitioning(_bwd_impl, static_argnums=(7, 8, 9))
-_bwd_cp.def_partition(
-    partition=_bwd_partition,
-    infer_sharding_from_operands=_bwd_infer,
-    sharding_rule=_bwd_rule,
-    decode_shardings=False,
-)
+@functools.cache
+def _partitioned(kind: str, n_operands: int) -> custom_partitioning:
+    """The custom_partitioning wrapper of fa4_{kind}_p with `n_operands` array operands (the
+    regular ones and the extras) followed by one static :class:`Params`."""
+    impl, partition, infer, rule = (
+        (_fwd_impl, _fwd_partition, _fwd_infer, _fwd_rule)
+        if kind == "fwd"
+        else (_bwd_impl, _bwd_partition, _bwd_infer, _bwd_rule)
+    )
+
+    # custom_partitioning reads its function's signature: give it one with fixed arity.
+    def fixed(*args):
+        return impl(*args)
+
+    cp = custom_partitioning(fixed, static_argnums=(n_operands,))
+    cp.def_partition(
+        partition=partition,
+        infer_sharding_from_operands=infer,
+        sharding_rule=rule,
+        decode_shardings=False,  # read with _compat.spec_of, which never raises
+    )
+    return cp
 
 
 # ---------------------------------------------------------------------------------------------
@@ -502,19 +557,16 @@ def lower_partitioned(
     kind: str,
     ctx: mlir.LoweringRuleContext,
     *args: mlir.ir.Value,
-    softmax_scale: float,
-    causal: bool,
-    **bwd_params: bool,
+    **params: Any,
 ) -> Sequence[mlir.ir.Value]:
-    """Lowers fa4_{kind}_p (kind "fwd" or "bwd") through its custom_partitioning wrapper; the
-    backward's parameters also hold ``deterministic``. Returns the primitive's results."""
-    cp = _fwd_cp if kind == "fwd" else _bwd_cp
-    static = (softmax_scale, causal)
-    if kind == "bwd":
-        static += (bwd_params["deterministic"],)
+    """Lowers fa4_{kind}_p (kind "fwd" or "bwd") through its custom_partitioning wrapper;
+    `params` are the primitive's (softmax_scale, causal, window_left, window_right, softcap,
+    extras, and the backward's deterministic). Returns the primitive's results."""
+    static = Params(**params)
+    cp = _partitioned(kind, len(args))
 
     def fun(*xs):
-        return cp(*xs, *static)
+        return cp(*xs, static)
 
     return mlir.lower_fun(fun, multiple_results=True)(ctx, *args)
 
