@@ -8,7 +8,9 @@ the kernel in :func:`jax.experimental.custom_partitioning.custom_partitioning` w
   ``q [b, s, (h g), d]``, ``k [b, t, h, d]``, ``v [b, t, h, e]`` -> ``o [b, s, (h g), e]``,
   ``lse [b, (h g), s]``, where ``g = heads_q / heads_kv`` (GQA: q head ``h * g + i`` uses kv head
   ``h``, so splitting q heads splits the kv heads with the same mesh axes). ``d`` and ``e`` (head
-  dims) need replication. The backward's rule is the same with o/do, lse/dlse -> dq, dk, dv.
+  dims) need replication. The extra operands follow: lengths ``[b]``, q segment ids ``[b, s]``,
+  kv segment ids ``[b, t]``, sinks ``[b, (h g)]``. The backward's rule is the same with o/do,
+  lse/dlse -> dq, dk, dv.
 * the GSPMD callback ``infer_sharding_from_operands`` (used only when Shardy is turned off), and
 * a ``partition`` callback that decides, from the shardings that reach it, what each device
   runs (:class:`Plan`), and returns the operand shardings that plan needs; the partitioner
@@ -29,6 +31,10 @@ the kernel in :func:`jax.experimental.custom_partitioning.custom_partitioning` w
   - anything else (head-dim splits, sequence or head counts the axes do not divide, a causal
     q split with ``seq_q != seq_k``): replicated on that axis, then computed exactly.
 
+  A call with a variant (window, lengths, segment ids, soft cap, sinks) splits its batch and
+  heads as above, its lengths and segment ids with the batch and its sinks with the batch and
+  the q heads; its sequence is never split (replicated, then exact).
+
 Inside ``shard_map`` (all mesh axes manual) and on one device the kernel is lowered directly;
 the partitioning machinery is not involved, so the persistent compilation cache works there.
 Under multi-device ``jit`` it is involved, with custom_partitioning's known caveats: its
@@ -36,7 +42,8 @@ compiled programs miss the persistent compilation cache, and an exception inside
 callback can abort the process (these callbacks are therefore kept free of checks that can
 fail; argument checks run before, at trace and lowering time). Do not set jax's
 ``jax_remove_custom_partitioning_ptr_from_cache_key`` for programs holding jax_fa4 calls: the
-partitioning callbacks close over ``softmax_scale``, ``causal`` (and the backward's
+partitioning callbacks receive the static parameters (one :class:`Params`: ``softmax_scale``,
+``causal``, the window, the soft cap, the extra operands' names and the backward's
 ``deterministic``), which then no longer reach the cache key, so two programs differing only
 in them would share a cache entry. Set the environment variable ``JAX_FA4_AUTO_PARTITION=0``
 before importing jax_fa4 to lower the plain kernel everywhere instead: the partitioner then
