@@ -18,19 +18,22 @@ inline void store8(float* p, f32x8 v) { *reinterpret_cast<f32x8*>(p) = v; }
 // Which terms a_rp * b_p of C = A B a product keeps. A masked term is skipped, never multiplied by
 // a zero: 0 * NaN and 0 * Inf are NaN, and a query row must not depend on a key it cannot see
 // (nor a key on a query that cannot see it), whatever values that key or query holds.
-//   kAll:        every term.
-//   kInnerBelow: term (row r, inner p) iff p < bound[r]: rows are queries, the inner index runs
-//                over keys (P V, dS K); bound[r] = the keys query r sees in this block.
-//   kRowBelow:   term (row r, inner p) iff r < bound[p]: rows are keys, the inner index runs over
-//                queries (P^T dO, dS^T Q); bound[p] = the keys query p sees in this block.
+// The mask is a block's visibility: vis[q * kVisStride + k] != 0 iff query q sees key k.
+//   kAll:       every term.
+//   kQueryRows: rows are queries, the inner index runs over keys (P V, dS K): term (r, p) iff
+//               vis[r][p].
+//   kKeyRows:   rows are keys, the inner index runs over queries (P^T dO, dS^T Q): term (r, p)
+//               iff vis[p][r].
 // Kept terms are summed in the same order as kAll's, so where nothing is masked, or the masked
 // terms' factors are finite (their products are then +-0), both give the same values.
-enum class Keep { kAll, kInnerBelow, kRowBelow };
+enum class Keep { kAll, kQueryRows, kKeyRows };
+
+constexpr int64_t kVisStride = 64;  // keys per visibility row (the CPU kernels' key block)
 
 template <Keep K>
-inline bool kept(const int64_t* bound, int64_t row, int64_t p) {
-  if constexpr (K == Keep::kInnerBelow) return p < bound[row];
-  if constexpr (K == Keep::kRowBelow) return row < bound[p];
+inline bool kept(const uint8_t* vis, int64_t row, int64_t p) {
+  if constexpr (K == Keep::kQueryRows) return vis[row * kVisStride + p] != 0;
+  if constexpr (K == Keep::kKeyRows) return vis[p * kVisStride + row] != 0;
   return true;
 }
 
@@ -40,10 +43,10 @@ constexpr int64_t kChunk = 32;
 
 // C (+)= A B for R rows and 16 columns: A [R][inner] (row stride lda), B [inner][16.. of ldb],
 // C [R][16.. of ldc]. Each chunk's R x 16 partial sums stay in registers. row0: the index of A's
-// first row (for the mask `bound`, unused with kAll).
+// first row (for the mask `vis`, unused with kAll).
 template <int R, Keep K = Keep::kAll>
 inline void matmul_rx16(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                        int64_t ldc, int64_t inner, bool accumulate, const int64_t* bound = nullptr,
+                        int64_t ldc, int64_t inner, bool accumulate, const uint8_t* vis = nullptr,
                         int64_t row0 = 0) {
   f32x8 acc[R][2];
   for (int r = 0; r < R; ++r) {
@@ -57,7 +60,7 @@ inline void matmul_rx16(const float* a, int64_t lda, const float* b, int64_t ldb
       const f32x8 b0 = load8(b + p * ldb);
       const f32x8 b1 = load8(b + p * ldb + 8);
       for (int r = 0; r < R; ++r) {
-        if (!kept<K>(bound, row0 + r, p)) continue;
+        if (!kept<K>(vis, row0 + r, p)) continue;
         const f32x8 ar = f32x8{} + a[r * lda + p];
         part[r][0] += ar * b0;
         part[r][1] += ar * b1;
@@ -78,14 +81,14 @@ inline void matmul_rx16(const float* a, int64_t lda, const float* b, int64_t ldb
 template <int R, Keep K = Keep::kAll>
 inline void matmul_rx_tail(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                            int64_t ldc, int64_t inner, int64_t w, bool accumulate,
-                           const int64_t* bound = nullptr, int64_t row0 = 0) {
+                           const uint8_t* vis = nullptr, int64_t row0 = 0) {
   for (int r = 0; r < R; ++r)
     for (int64_t jj = 0; jj < w; ++jj) {
       float acc = accumulate ? c[r * ldc + jj] : 0.0f;
       for (int64_t p0 = 0; p0 < inner; p0 += kChunk) {
         float part = 0.0f;
         for (int64_t p = p0; p < std::min(inner, p0 + kChunk); ++p)
-          if (kept<K>(bound, row0 + r, p)) part += a[r * lda + p] * b[p * ldb + jj];
+          if (kept<K>(vis, row0 + r, p)) part += a[r * lda + p] * b[p * ldb + jj];
         acc += part;
       }
       c[r * ldc + jj] = acc;
@@ -95,27 +98,27 @@ inline void matmul_rx_tail(const float* a, int64_t lda, const float* b, int64_t 
 template <int R, Keep K>
 inline void matmul_rows(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                         int64_t ldc, int64_t inner, int64_t cols, bool accumulate,
-                        const int64_t* bound, int64_t row0) {
+                        const uint8_t* vis, int64_t row0) {
   int64_t j0 = 0;
   for (; j0 + 16 <= cols; j0 += 16)
-    matmul_rx16<R, K>(a, lda, b + j0, ldb, c + j0, ldc, inner, accumulate, bound, row0);
+    matmul_rx16<R, K>(a, lda, b + j0, ldb, c + j0, ldc, inner, accumulate, vis, row0);
   if (j0 < cols)
-    matmul_rx_tail<R, K>(a, lda, b + j0, ldb, c + j0, ldc, inner, cols - j0, accumulate, bound,
+    matmul_rx_tail<R, K>(a, lda, b + j0, ldb, c + j0, ldc, inner, cols - j0, accumulate, vis,
                          row0);
 }
 
 // C [rows][cols] (+)= A [rows][inner] B [inner][cols], all row-major with the given strides,
-// keeping the terms K says (bound: see Keep; unused with kAll).
+// keeping the terms K says (vis: see Keep; unused with kAll).
 template <Keep K = Keep::kAll>
 inline void matmul(const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                    int64_t ldc, int64_t rows, int64_t inner, int64_t cols, bool accumulate,
-                   const int64_t* bound = nullptr) {
+                   const uint8_t* vis = nullptr) {
   int64_t i = 0;
   for (; i + 4 <= rows; i += 4)
-    matmul_rows<4, K>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, inner, cols, accumulate, bound,
+    matmul_rows<4, K>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, inner, cols, accumulate, vis,
                       i);
   for (; i < rows; ++i)
-    matmul_rows<1, K>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, inner, cols, accumulate, bound,
+    matmul_rows<1, K>(a + i * lda, lda, b, ldb, c + i * ldc, ldc, inner, cols, accumulate, vis,
                       i);
 }
 

@@ -17,7 +17,6 @@ cpu::ElementType element_type(ffi::DataType t);           // fwd_cpu.cc
 cpu::AttentionShape cpu_shape(const ffi_args::Dims& d);  // fwd_cpu.cc
 cpu::AttentionOptions cpu_options(double softmax_scale, bool causal,
                                   const fa4::hopper::AttentionVariant& v);  // fwd_cpu.cc
-ffi::Error refuse_variant(const char* pass, bool causal, const fa4::hopper::AttentionVariant& v);  // fwd_cpu.cc
 
 namespace {
 
@@ -43,7 +42,6 @@ ffi::Error Fa4BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, f
   if (auto err = ffi_args::decode_variant(pass, d, ops, window_left, window_right, softcap, &variant);
       err.failure())
     return err;
-  if (auto err = refuse_variant(pass, causal, variant); err.failure()) return err;
   const cpu::ElementType type = element_type(d.dtype);
   const cpu::AttentionShape s = cpu_shape(d);
   cpu::attention_backward(type, s, cpu_options(softmax_scale, causal, variant), q.untyped_data(),

@@ -34,16 +34,6 @@ cpu::AttentionOptions cpu_options(double softmax_scale, bool causal, const fa4::
   return o;
 }
 
-// Until the CPU kernels implement the variants, a call that asks for one is refused (never
-// answered with the dense result).
-ffi::Error refuse_variant(const char* pass, bool causal, const fa4::hopper::AttentionVariant& v) {
-  (void)causal;
-  if (v.has_window() || v.has_lengths() || v.has_segments() || v.softcap > 0.f || v.sinks)
-    return ffi::Error(ffi::ErrorCode::kUnimplemented,
-                      std::string("jax_fa4 ") + pass + ": the CPU kernels do not implement attention variants yet");
-  return ffi::Error::Success();
-}
-
 namespace {
 
 ffi::Error Fa4FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, ffi::AnyBuffer q_lengths,
@@ -65,7 +55,6 @@ ffi::Error Fa4FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, f
   if (auto err = ffi_args::decode_variant(pass, d, ops, window_left, window_right, softcap, &variant);
       err.failure())
     return err;
-  if (auto err = refuse_variant(pass, causal, variant); err.failure()) return err;
   cpu::attention_forward(element_type(d.dtype), cpu_shape(d), cpu_options(softmax_scale, causal, variant),
                          q.untyped_data(), k.untyped_data(), v.untyped_data(), o->untyped_data(),
                          lse->typed_data());
