@@ -34,6 +34,7 @@ q, k and v use the same one). With a causal mask the mask depends on where the b
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -45,13 +46,22 @@ from jax_fa4.attention import attention
 from jax_fa4.ring_engine import (
     LAYOUTS,
     AxisName,
-    blocks_from_zigzag,
-    blocks_to_zigzag,
-    rebalances,
+    move_blocks,
+    query_positions,
     ring_bwd,
     ring_fwd,
+    run_layout,
 )
-from jax_fa4.validation import check_flag, check_qkv, check_softmax_scale
+from jax_fa4.validation import (
+    check_flag,
+    check_qkv,
+    check_segment_ids,
+    check_seq_lengths,
+    check_sinks,
+    check_softcap,
+    check_softmax_scale,
+    check_window,
+)
 
 __all__ = ["LAYOUTS", "from_zigzag", "ring_attention", "to_zigzag", "zigzag_indices"]
 
@@ -102,74 +112,128 @@ def from_zigzag(
 # ---------------------------------------------------------------------------------------------
 
 
-Residuals = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]
+@dataclasses.dataclass(frozen=True)
+class _RingStatic:
+    """The static parameters of one ring (hashable: the custom VJP's non-differentiable arg).
+
+    layout: the caller's layout; run: the one the loop runs in (:func:`run_layout`), where the
+    residuals are kept, so that the backward moves only the cotangents and the gradients."""
+
+    axis_name: AxisName
+    causal: bool
+    softmax_scale: float
+    layout: str
+    run: str
+    deterministic: bool
+    window_left: int | None
+    window_right: int | None
+    softcap: float | None
+
+    def params(self) -> dict[str, object]:
+        """The engine's keyword arguments shared by both directions."""
+        return dict(
+            axis_name=self.axis_name,
+            causal=self.causal,
+            softmax_scale=self.softmax_scale,
+            layout=self.run,
+            window_left=self.window_left,
+            window_right=self.window_right,
+            softcap=self.softcap,
+        )
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
+# (q_segment_ids [b, sq], kv_segment_ids [b, sk], q_lengths [b], kv_lengths [b]), each optional.
+Masks = tuple[jax.Array | None, jax.Array | None, jax.Array | None, jax.Array | None]
+Residuals = tuple[jax.Array, ...]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
 def _ring_core(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
-    axis_name: AxisName,
-    causal: bool,
-    softmax_scale: float,
-    layout: str,
-    deterministic: bool,
+    masks: Masks,
+    sinks: jax.Array | None,
+    static: _RingStatic,
 ) -> tuple[jax.Array, jax.Array]:
     """The checked ring, differentiable: (o [b, sq, hq, dv], lse float32 [b, hq, sq]) of this
-    device's blocks, in `layout`."""
-    return _ring_core_fwd(q, k, v, axis_name, causal, softmax_scale, layout, deterministic)[0]
+    device's blocks, in the caller's layout. sinks: float32 [b, hq] or None."""
+    return _ring_core_fwd(q, k, v, masks, sinks, static)[0]
 
 
 def _ring_core_fwd(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
-    axis_name: AxisName,
-    causal: bool,
-    softmax_scale: float,
-    layout: str,
-    deterministic: bool,
-) -> tuple[tuple[jax.Array, jax.Array], Residuals]:
-    """((o, lse), residuals (q, k, v, o, lse)); a rebalanced ring keeps its residuals in the
-    zig-zag layout, so that the backward moves only the cotangents and the gradients."""
-    del deterministic  # a backward-only option
-    params = dict(axis_name=axis_name, causal=causal, softmax_scale=softmax_scale)
-    if not rebalances(axis_name, causal, layout, q.shape[1]):
-        o, lse = ring_fwd(q, k, v, layout=layout, **params)
-        return (o, lse), (q, k, v, o, lse)
-    # Contiguous and causal: run (and keep the residuals) in the zig-zag layout.
-    q, k, v = blocks_to_zigzag(axis_name, [(q, 1), (k, 1), (v, 1)])
-    o, lse = ring_fwd(q, k, v, layout="zigzag", **params)
-    out = tuple(blocks_from_zigzag(axis_name, [(o, 1), (lse, 2)]))
-    return out, (q, k, v, o, lse)
+    masks: Masks,
+    sinks: jax.Array | None,
+    static: _RingStatic,
+) -> tuple[tuple[jax.Array, jax.Array], tuple]:
+    """((o, lse), residuals): q, k, v, the segment ids, o and lse in the run layout, the
+    lengths and sinks."""
+    q_ids, kv_ids, q_lengths, kv_lengths = masks
+    axis, src, run = static.axis_name, static.layout, static.run
+    q, k, v, q_ids, kv_ids = move_blocks(
+        axis, src, run, [(q, 1), (k, 1), (v, 1), (q_ids, 1), (kv_ids, 1)]
+    )
+    o, lse = ring_fwd(
+        q,
+        k,
+        v,
+        q_segment_ids=q_ids,
+        kv_segment_ids=kv_ids,
+        q_lengths=q_lengths,
+        kv_lengths=kv_lengths,
+        sinks=sinks,
+        **static.params(),
+    )
+    out = tuple(move_blocks(axis, run, src, [(o, 1), (lse, 2)]))
+    return out, (q, k, v, o, lse, (q_ids, kv_ids, q_lengths, kv_lengths), sinks)
 
 
 def _ring_core_bwd(
-    axis_name: AxisName,
-    causal: bool,
-    softmax_scale: float,
-    layout: str,
-    deterministic: bool,
-    residuals: Residuals,
+    static: _RingStatic,
+    residuals: tuple,
     cotangents: tuple[jax.Array, jax.Array],
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(dq, dk, dv) of this device's blocks from the cotangents (do, dlse) of (o, lse)."""
-    q, k, v, o, lse = residuals
+) -> tuple:
+    """(dq, dk, dv, mask cotangents (None: integers), d sinks) of this device's blocks from the
+    cotangents (do, dlse) of (o, lse).
+
+    The sinks' gradient, from the final lse (which holds the sink) and o: ``d sink[b, h] =
+    sum_i exp(sink[b, h] - lse[b, h, i]) * (dlse[b, h, i] - rowsum(dO * O)[b, h, i])`` over this
+    device's rows with a finite lse (padding rows have none); the cast of the sinks to vary over
+    the ring axis (in :func:`ring_attention`) sums it over the devices.
+    """
+    q, k, v, o, lse, masks, sinks = residuals
+    q_ids, kv_ids, q_lengths, kv_lengths = masks
     do, dlse = cotangents
     do = jnp.asarray(do, o.dtype)
     dlse = jnp.asarray(dlse, jnp.float32)
-    params = dict(
-        axis_name=axis_name,
-        causal=causal,
-        softmax_scale=softmax_scale,
-        deterministic=deterministic,
+    axis, src, run = static.axis_name, static.layout, static.run
+    do, dlse = move_blocks(axis, src, run, [(do, 1), (dlse, 2)])
+    dq, dk, dv = ring_bwd(
+        q,
+        k,
+        v,
+        o,
+        lse,
+        do,
+        dlse,
+        deterministic=static.deterministic,
+        q_segment_ids=q_ids,
+        kv_segment_ids=kv_ids,
+        q_lengths=q_lengths,
+        kv_lengths=kv_lengths,
+        **static.params(),
     )
-    if not rebalances(axis_name, causal, layout, q.shape[1]):
-        return ring_bwd(q, k, v, o, lse, do, dlse, layout=layout, **params)
-    do, dlse = blocks_to_zigzag(axis_name, [(do, 1), (dlse, 2)])
-    dq, dk, dv = ring_bwd(q, k, v, o, lse, do, dlse, layout="zigzag", **params)
-    return tuple(blocks_from_zigzag(axis_name, [(dq, 1), (dk, 1), (dv, 1)]))
+    d_sinks = None
+    if sinks is not None:
+        delta = jnp.einsum("bqhd,bqhd->bhq", do.astype(jnp.float32), o.astype(jnp.float32))
+        finite = jnp.isfinite(lse)
+        p_sink = jnp.exp(sinks[:, :, None] - jnp.where(finite, lse, 0.0))
+        d_sinks = jnp.sum(jnp.where(finite, p_sink * (dlse - delta), 0.0), axis=2)
+    dq, dk, dv = move_blocks(axis, run, src, [(dq, 1), (dk, 1), (dv, 1)])
+    return dq, dk, dv, (None, None, None, None), d_sinks
 
 
 _ring_core.defvjp(_ring_core_fwd, _ring_core_bwd)
@@ -187,6 +251,49 @@ def _ring_size(axis_name: AxisName) -> int:
         ) from err
 
 
+def _no_keys(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    axis_name: AxisName,
+    layout: str,
+    q_lengths: jax.Array | None,
+    sinks: jax.Array | None,
+    head_dim_v: int,
+) -> tuple[jax.Array, jax.Array]:
+    """The answer when there are no keys (or nothing to compute): o = 0, lse = the sink on the
+    non-padding rows with sinks, -inf elsewhere; no kernel call, no arithmetic on q, k, v."""
+    b, sq, hq, _ = q.shape
+    o = jnp.zeros((b, sq, hq, head_dim_v), q.dtype)
+    lse = jnp.full((b, hq, sq), -jnp.inf, jnp.float32)
+    if sinks is not None:
+        n, r = _ring_size(axis_name), jax.lax.axis_index(axis_name)
+        rows = jnp.ones((b, sq), bool)
+        if q_lengths is not None:
+            rows = query_positions(layout, r, n, sq)[None, :] < q_lengths[:, None]
+        lse = jnp.where(rows[:, None, :], sinks[:, :, None], lse)
+    varying = _compat.union_varying_axes(jax.typeof(x) for x in (q, k, v))
+    return _compat.cast_to_varying(o, varying), _compat.cast_to_varying(lse, varying)
+
+
+def _check_lengths_without_band(
+    causal: bool, window: tuple[int | None, int | None], given: list[str]
+) -> None:
+    """Lengths shift the band's diagonal per batch entry; a ring's band is static per step."""
+    if not given or (not causal and window == (None, None)):
+        return
+    what = "causal=True" if causal else f"local_window_size={window}"
+    raise ValueError(
+        f"ring_attention: {' and '.join(given)} cannot be combined with {what}: the lengths move "
+        "the diagonal of the causal/window band by kv_len - q_len per batch entry, which the "
+        "ring's per-step block masks (one static band per step) cannot express exactly. Lengths "
+        "work without causal and local_window_size (keys j >= kv_len and queries i >= q_len of "
+        "the global sequence masked). For padded causal self-attention mark the padding with "
+        "segment_ids instead (e.g. a pair (q_ids, kv_ids) with distinct ids for the padded "
+        "queries and keys), or use jax_fa4.attention without a sequence split"
+    )
+
+
 def ring_attention(
     q: jax.Array,
     k: jax.Array,
@@ -195,11 +302,21 @@ def ring_attention(
     axis_name: AxisName,
     causal: bool = False,
     softmax_scale: float | None = None,
+    local_window_size: int | tuple[int | None, int | None] | None = None,
+    query_seq_lengths: jax.Array | None = None,
+    key_value_seq_lengths: jax.Array | None = None,
+    segment_ids: jax.Array | tuple[jax.Array, jax.Array] | None = None,
+    logits_soft_cap: float | None = None,
+    sinks: jax.Array | None = None,
     return_lse: bool = False,
     layout: str = "contiguous",
     deterministic: bool = False,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Exact attention over a sequence split across the mesh axis `axis_name` (inside shard_map).
+
+    The semantics are :func:`jax_fa4.attention`'s over the whole (global) sequence: positions,
+    the causal mask, the window and the lengths refer to the global sequence in its natural
+    order, whatever `layout` the blocks come in.
 
     Args:
       q: this device's queries ``[batch, seq_q_local, heads_q, head_dim]``.
@@ -211,14 +328,41 @@ def ring_attention(
       causal: causal mask over the global sequence. Needs ``seq_q_local == seq_k_local`` (the
         same split of one sequence) and, with ``layout="zigzag"``, an even local length.
       softmax_scale: multiplies ``q . k``; default ``1 / sqrt(head_dim)``.
+      local_window_size: a sliding window over the global positions, as in
+        :func:`jax_fa4.attention` (an int ``w`` or a pair ``(left, right)``; with ``causal`` the
+        right side is 0). Needs ``seq_q_local == seq_k_local``. Every ring step gets the window
+        shifted to its block pair's positions, and a step whose blocks see nothing of each other
+        is skipped (no kernel call, no transfer): a window of ``w`` keys costs about ``w / local
+        length + 1`` steps instead of the whole ring. With ``layout="zigzag"`` the ring moves the
+        blocks into the contiguous layout and back (two ppermutes each way; even local length).
+      query_seq_lengths: integer ``[batch]``: queries at global positions ``>= q_len`` are
+        padding (output 0, lse ``-inf``, zero gradients); clamped to ``[0, global seq_q]``. The
+        same on every device of the ring (not split).
+      key_value_seq_lengths: integer ``[batch]``: keys at global positions ``>= kv_len`` are
+        never visible; clamped to ``[0, global seq_k]``. Lengths cannot be combined with
+        ``causal`` or ``local_window_size`` (a ValueError: the lengths would move the band's
+        diagonal per batch entry, which the ring cannot do exactly; mark padding with
+        ``segment_ids`` instead). With ``layout="zigzag"`` the ring runs in the contiguous
+        layout, as with a window.
+      segment_ids: packed sequences: this device's ids, an integer array ``[batch, seq_local]``
+        (when ``seq_q_local == seq_k_local``) or a pair ``(q_ids [batch, seq_q_local], kv_ids
+        [batch, seq_k_local])``, split over the ring axis like q and k; the kv ids travel with
+        their K/V block. Key j is visible from query i only if their ids are equal; causal and
+        the window still apply to the global positions.
+      logits_soft_cap: a static positive float ``c``: scores become ``c * tanh(s / c)``.
+      sinks: floating-point ``[heads_q]`` (this device's heads; the same on every device of the
+        ring): one logit per head in every non-padding row's denominator. It joins the final
+        combination of the ring's partial results once (not per step); differentiable, its
+        gradient summed over the ring.
       return_lse: also return the float32 log-sum-exp ``[batch, heads_q, seq_q_local]`` over the
-        whole sequence (differentiable).
+        whole sequence (the sink included; differentiable).
       layout: how the global sequence is laid out over the devices: ``"contiguous"`` (device r
         holds block r: a natural-order array sharded over the axis; a causal ring rebalances
         itself with a few extra ppermutes) or ``"zigzag"`` (device r holds chunks r and 2n-1-r
-        of 2n, see :func:`to_zigzag`: balanced with no extra transfers). Only matters when
-        ``causal``; without a mask any layout that q, k and v share gives the same (permuted)
-        result. A wrong layout with ``causal`` gives a wrong mask: it cannot be detected.
+        of 2n, see :func:`to_zigzag`: balanced with no extra transfers). Matters with
+        ``causal``, a window or lengths; without them any layout that q, k, v and the segment
+        ids share gives the same (permuted) result. A wrong layout gives a wrong mask: it cannot
+        be detected.
       deterministic: bitwise reproducible backward, as in :func:`jax_fa4.attention` (every
         kernel call of the backward ring gets it; the ring's own sums run in a fixed order).
 
@@ -234,30 +378,59 @@ def ring_attention(
     causal = check_flag("causal", causal)
     return_lse = check_flag("return_lse", return_lse)
     deterministic = check_flag("deterministic", deterministic)
+    window = check_window(local_window_size)
+    softcap = check_softcap(logits_soft_cap)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
     n = _ring_size(axis_name)
-    if causal and dims.seq_q != dims.seq_k:
+    q_lengths = check_seq_lengths(
+        "query_seq_lengths", query_seq_lengths, dims.batch, n * dims.seq_q
+    )
+    kv_lengths = check_seq_lengths(
+        "key_value_seq_lengths", key_value_seq_lengths, dims.batch, n * dims.seq_k
+    )
+    ids = check_segment_ids(segment_ids, dims.batch, dims.seq_q, dims.seq_k)
+    sinks = check_sinks(sinks, dims.heads_q)
+    given = [
+        name
+        for name, x in (("query_seq_lengths", q_lengths), ("key_value_seq_lengths", kv_lengths))
+        if x is not None
+    ]
+    _check_lengths_without_band(causal, window, given)
+    banded = causal or window != (None, None)
+    if banded and dims.seq_q != dims.seq_k:
+        what = "causal=True" if causal else "local_window_size"
         raise ValueError(
-            "ring_attention with causal=True needs q and k to hold the same positions (equal "
+            f"ring_attention with {what} needs q and k to hold the same positions (equal "
             f"local sequence lengths); got q {dims.seq_q}, k {dims.seq_k} (axis 1)"
         )
-    if causal and layout == "zigzag" and n > 1 and dims.seq_q % 2:
+    if layout == "zigzag" and n > 1 and dims.seq_q % 2 and (banded or given):
         raise ValueError(
             "ring_attention with layout='zigzag' needs an even local sequence length (two "
             f"chunks per device); got {dims.seq_q} (axis 1 of q)"
         )
-    if n == 1 or dims.seq_k == 0 or dims.batch * dims.seq_q * dims.heads_q == 0:
-        # One device, or nothing to attend: the one-device call is exact (and has its own VJP).
+    if n == 1:  # one device: the one-device call is exact (and has its own VJP)
         return attention(
             q,
             k,
             v,
             causal=causal,
             softmax_scale=scale,
+            local_window_size=None if window == (None, None) else window,
+            query_seq_lengths=q_lengths,
+            key_value_seq_lengths=kv_lengths,
+            segment_ids=ids,
+            logits_soft_cap=softcap,
+            sinks=sinks,
             return_lse=return_lse,
             deterministic=deterministic,
         )
+    if dims.seq_k == 0 or dims.batch * dims.seq_q * dims.heads_q == 0:
+        sinks_b = None
+        if sinks is not None:
+            sinks_b = jnp.broadcast_to(sinks.astype(jnp.float32), (dims.batch, dims.heads_q))
+        o, lse = _no_keys(q, k, v, axis_name, layout, q_lengths, sinks_b, dims.head_dim_v)
+        return (o, lse) if return_lse else o
     ring_axes = frozenset(axis_name if isinstance(axis_name, tuple) else (axis_name,))
     varying = [_compat.varying_axes(jax.typeof(x)) for x in (q, k, v)]
     if any(varying) and not all(ring_axes <= vary for vary in varying[1:]):
@@ -268,10 +441,32 @@ def ring_attention(
             f"over {sorted(varying[2])}. To attend local queries to keys every device holds in "
             "full, call jax_fa4.attention instead"
         )
+    sinks_b = None
+    if sinks is not None:  # [hq] -> float32 [b, hq]: its transpose sums d sinks over the batch
+        sinks_b = jnp.broadcast_to(sinks.astype(jnp.float32), (dims.batch, dims.heads_q))
+    q_ids, kv_ids = (None, None) if ids is None else ids
+    operands = [q, k, v, q_ids, kv_ids, q_lengths, kv_lengths, sinks_b]
+    present = [i for i, x in enumerate(operands) if x is not None]
     # Give every operand the union of the varying manual axes (with the ring's), so that the
-    # cotangent of one replicated over an axis is summed over it.
-    q, k, v = _compat.match_varying_axes(q, k, v)
+    # cotangent of one replicated over an axis (the sinks, say) is summed over it.
+    cast = _compat.match_varying_axes(*(operands[i] for i in present))
     if any(varying):
-        q, k, v = (_compat.cast_to_varying(x, ring_axes) for x in (q, k, v))
-    o, lse = _ring_core(q, k, v, axis_name, causal, scale, layout, deterministic)
+        cast = tuple(_compat.cast_to_varying(x, ring_axes) for x in cast)
+    for i, x in zip(present, cast, strict=True):
+        operands[i] = x
+    q, k, v, q_ids, kv_ids, q_lengths, kv_lengths, sinks_b = operands
+    static = _RingStatic(
+        axis_name=axis_name,
+        causal=causal,
+        softmax_scale=scale,
+        layout=layout,
+        run=run_layout(
+            axis_name, causal, layout, dims.seq_q, window=window, has_lengths=bool(given)
+        ),
+        deterministic=deterministic,
+        window_left=window[0],
+        window_right=window[1],
+        softcap=softcap,
+    )
+    o, lse = _ring_core(q, k, v, (q_ids, kv_ids, q_lengths, kv_lengths), sinks_b, static)
     return (o, lse) if return_lse else o
