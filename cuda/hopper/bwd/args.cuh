@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "hopper/common/mask.cuh"
+
 namespace fa4::hopper {
 
 struct BwdArgs {
@@ -23,6 +25,16 @@ struct BwdArgs {
   int n_blocks;
   int batch;
   int* tile_counter;   // the persistent kernel's tile counter (workspace, zeroed with dq_sem)
+  // The variant (kVariant kernels only; appended so that the dense / causal kernels' parameter
+  // offsets stay as they were). mask: band (causal folded in), lengths, segment ids and ranges.
+  MaskArgs mask;
+  // Soft cap c > 0 (the soft-cap kernels): u = softmax_scale * q.k / c = S * softcap_scale, the
+  // score c tanh(u), its log2-domain factor softcap_log2 = c * log2(e).
+  float softcap_scale;
+  float softcap_log2;
+  // kVariant grid kernels, not deterministic: key blocks last-first (the band's longest key
+  // blocks are the last ones; heuristics.h).
+  bool reverse_blocks;
 };
 
 // Named barrier ids (0 is __syncthreads): both consumer warpgroups, once per step, after dS^T

@@ -79,8 +79,12 @@ struct BwdTile {
   // tile ids int[2] (8 B).
   static constexpr uint32_t persistent_offset() { return barrier_offset() + ring_barrier_bytes(); }
   static constexpr uint32_t barrier_bytes() { return ring_barrier_bytes() + (Persistent ? 48 : 0); }
+  // The variant kernels' per-warp copies of the tile's mask facts (bwd/variant.cuh): 8 consumer
+  // warps x 64 bytes after the barriers.
+  static constexpr uint32_t variant_offset() { return (barrier_offset() + barrier_bytes() + 63) / 64 * 64; }
+  static constexpr uint32_t variant_bytes() { return 8 * 64; }
   // +1024: the dynamic smem base is only 16-byte aligned, swizzle atoms need 1024.
-  static constexpr uint32_t smem_bytes() { return barrier_offset() + barrier_bytes() + 1024; }
+  static constexpr uint32_t smem_bytes() { return variant_offset() + variant_bytes() + 1024; }
 
   // Adapter so common/pipeline.cuh's TmaConsumerPipeline<T, Cfg, /*IsK=*/false> can drive the Q
   // and dO rings: its "kv" tile is our q tile.
@@ -160,7 +164,10 @@ struct BwdTileKv80 {
   static constexpr uint32_t barrier_offset() { return delta_offset() + do_stages() * vec_bytes(); }
   // kv_full, then the Q ring's full[2][1] + empty[2], then the dO ring's full[1][1] + empty[1].
   static constexpr uint32_t barrier_bytes() { return 8 * (1 + 2 * q_stages() + 2 * do_stages()); }
-  static constexpr uint32_t smem_bytes() { return barrier_offset() + barrier_bytes() + 1024; }
+  // The variant kernels' per-warp mask facts (bwd/variant.cuh), as BwdTile's.
+  static constexpr uint32_t variant_offset() { return (barrier_offset() + barrier_bytes() + 63) / 64 * 64; }
+  static constexpr uint32_t variant_bytes() { return 8 * 64; }
+  static constexpr uint32_t smem_bytes() { return variant_offset() + variant_bytes() + 1024; }
   // Epilogue staging of dK and dV ([80 keys][256] each, rows padded to 528 bytes so the
   // transposed stmatrix rows of a warp hit distinct banks), over the Q / dO rings and buffers.
   static constexpr uint32_t epi_row_bytes() { return HeadDim * 2 + 16; }

@@ -34,14 +34,34 @@ namespace fa4::hopper {
 // Non-causal adds them in index order; causal in descending order, because the highest key block
 // reaches m first (its first query block is the latest), so in steady state nobody waits (in
 // index order every CTA would wait at its diagonal for all lower key blocks, halving throughput).
-template <class Cfg, bool Causal>
+template <class Cfg, MaskKind K>
 __device__ __forceinline__ int bwd_dq_rank(const BwdArgs& args, int n, int m) {
-  if constexpr (Causal) {
+  static_assert(K != MaskKind::kVariant, "variant ranks: bwd_dq_rank_variant");
+  if constexpr (K == MaskKind::kCausal) {
     const int x = (m + 1) * Cfg::block_m() + args.seq_k - args.seq_q;  // > n * block_n >= 0
     return min(int(gridDim.x) - 1, (x - 1) / Cfg::block_n()) - n;
   } else {
     return n;
   }
+}
+
+// The variant kernels' rank (warp-collective: all 32 lanes, uniform arguments): the number of key
+// blocks n' > n whose band-and-lengths range (bwd_query_blocks, which does not narrow by segment
+// in deterministic mode) holds m, i.e. the key blocks that add into m before n does. Descending
+// like causal, for the same reason (the band's first query block never decreases with n), and
+// the key blocks launch last-first (BwdGridScheduler), so a CTA only waits on CTAs dispatched
+// before it. Counted rather than derived from a formula, so the rank is right whatever shape
+// the range takes at the sequence ends (clipped lengths, empty key blocks).
+template <class Cfg>
+__device__ __forceinline__ int bwd_dq_rank_variant(const BwdArgs& args, const TileMask<MaskKind::kVariant>& mask,
+                                                   int n, int m) {
+  int count = 0;
+  for (int np = n + 1 + int(threadIdx.x % 32); np < args.n_blocks; np += 32) {
+    int b, e;
+    bwd_variant_query_blocks<Cfg>(mask, false, np * Cfg::block_n(), &b, &e);
+    count += (m >= b && m < e) ? 1 : 0;
+  }
+  return int(__reduce_add_sync(0xffffffffu, unsigned(count)));
 }
 
 // Deterministic mode, before this CTA's dQ adds to one query block: one thread spins until the
@@ -101,11 +121,11 @@ __device__ __forceinline__ void stage_dq_tile(const float (&dq)[Cfg::dq_cols() /
 // memory, so deterministic mode orders the adds here: lane 0 waits on the
 // (batch, head, query block) semaphore before bulk_reduce_add_f32 and, after bulk_wait_all(),
 // hands the block to the next key block.
-template <class Cfg, bool Causal>
+template <class Cfg, MaskKind K>
 __device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args, int n0, int kv_head, int batch,
                                               int lane) {
   int m_begin, m_end;
-  bwd_query_blocks<Cfg, Causal>(args, n0, &m_begin, &m_end);
+  bwd_query_blocks<Cfg, K>(args, batch, n0, &m_begin, &m_end);
   const int total_steps = m_end > m_begin ? args.group * (m_end - m_begin) : 0;
   if (total_steps == 0) return;
   const float* sdq = reinterpret_cast<const float*>(smem + Cfg::dq_offset());
@@ -119,8 +139,18 @@ __device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args
       // Deterministic mode: this key block's place in m's order (bwd_dq_rank).
       int* sem = args.deterministic ? args.dq_sem + (int64_t(batch) * args.heads_q + head) * (args.seq_q_pad / 64) + m
                                     : nullptr;
+      // kVariant: the rank by the whole warp (bwd_dq_rank_variant is collective).
+      int vrank = 0;
+      if constexpr (K == MaskKind::kVariant) {
+        if (sem) vrank = bwd_dq_rank_variant<Cfg>(args, TileMask<K>(args.mask, batch), n0 / Cfg::block_n(), m);
+      }
       if (lane == 0) {
-        const int rank = sem ? bwd_dq_rank<Cfg, Causal>(args, n0 / Cfg::block_n(), m) : 0;
+        int rank;
+        if constexpr (K == MaskKind::kVariant) {
+          rank = vrank;
+        } else {
+          rank = sem ? bwd_dq_rank<Cfg, K>(args, n0 / Cfg::block_n(), m) : 0;
+        }
         if (sem) {
           while (ld_acquire_gpu(sem) != rank) {
           }
@@ -150,7 +180,7 @@ __device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args
 // last step it peeks at the next tile id (published by the loader once it has issued all of this
 // tile's loads, which it has: this step's DqFull means its Q/dO arrived) to know whether that step
 // is the last one.
-template <class Cfg, bool Causal>
+template <class Cfg, MaskKind K>
 __device__ __forceinline__ void bwd_dq_writer_persistent(uint8_t* smem, const BwdArgs& args, uint64_t* tile_full,
                                                          uint64_t* tile_empty, const int* ids, int lane) {
   const float* sdq = reinterpret_cast<const float*>(smem + Cfg::dq_offset());
@@ -162,7 +192,8 @@ __device__ __forceinline__ void bwd_dq_writer_persistent(uint8_t* smem, const Bw
   while (true) {
     int n_block, kv_head, batch, m_begin, m_end;
     BwdPersistentScheduler::tile_coords(args, id, &n_block, &kv_head, &batch);
-    bwd_query_blocks<Cfg, Causal>(args, n_block * Cfg::block_n(), &m_begin, &m_end);
+    static_assert(K != MaskKind::kVariant, "the persistent kernel runs dense and causal problems only");
+    bwd_query_blocks<Cfg, K>(args, batch, n_block * Cfg::block_n(), &m_begin, &m_end);
     // Every tile has a step: seq_q > 0 (the launch returns early otherwise), so m_begin < m_end.
     int next = -1;
     for (int g = 0; g < args.group; ++g) {

@@ -1,4 +1,5 @@
-// The hd128 backward: BwdHd128 and BwdHd128Persistent for {bf16, fp16} x {causal, not}.
+// The hd128 backward: BwdHd128 for {bf16, fp16} x {dense, causal, variant, variant with soft cap},
+// BwdHd128Persistent for {bf16, fp16} x {dense, causal}.
 #include "hopper/bwd/launch_config.cuh"
 
 namespace fa4::hopper {

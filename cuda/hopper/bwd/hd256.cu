@@ -1,4 +1,5 @@
-// The hd256 backward: BwdHd256 (64 x 80 blocks) for {bf16, fp16} x {causal, not}.
+// The hd256 backward: BwdHd256 (64 x 80 blocks) for {bf16, fp16} x {dense, causal, variant, variant with soft
+// cap}.
 #include "hopper/bwd/launch_config.cuh"
 
 namespace fa4::hopper {

@@ -1,4 +1,5 @@
-// The hd64 backward: BwdHd64 for {bf16, fp16} x {causal, not}.
+// The hd64 backward: BwdHd64 for {bf16, fp16} x {dense, causal, variant, variant with soft
+// cap}.
 #include "hopper/bwd/launch_config.cuh"
 
 namespace fa4::hopper {

@@ -1,9 +1,11 @@
 // Which named configuration (bwd/config.cuh) and which schedule the library runs for a backward
 // problem. Host-only plain C++.
 #pragma once
+#include <climits>
 #include <cstdint>
 
 #include "hopper/bwd/launch.h"
+#include "hopper/common/mask.cuh"
 
 namespace fa4::hopper {
 
@@ -46,11 +48,48 @@ inline int bwd_lpt_section(const ProblemShape& p, int64_t section_bytes = kBwdLp
   return int(section);
 }
 
+// Whether the problem runs the kVariant kernels (a window, lengths, segment ids or a soft cap).
+inline bool bwd_is_variant(const ProblemShape& p) {
+  return mask_kind(p) == MaskKind::kVariant || p.variant.softcap > 0.f;
+}
+
 inline BwdConfigId bwd_config_for(const BwdProblem& p) {
   if (p.head_dim == 64) return BwdConfigId::kHd64;
+  // Variant problems run the grid kernel: the persistent one is built for dense and causal only.
   if (p.head_dim == 128)
-    return p.seq_k <= kBwdShortSeqK && !p.deterministic ? BwdConfigId::kHd128Persistent : BwdConfigId::kHd128;
+    return p.seq_k <= kBwdShortSeqK && !p.deterministic && !bwd_is_variant(p) ? BwdConfigId::kHd128Persistent
+                                                                               : BwdConfigId::kHd128;
   return BwdConfigId::kHd256;
+}
+
+// The (query rows, keys) block of a configuration (config.cuh).
+inline void bwd_config_blocks(BwdConfigId id, int* block_m, int* block_n) {
+  *block_m = id == BwdConfigId::kHd64 ? 128 : 64;
+  *block_n = id == BwdConfigId::kHd256 ? 80 : 128;
+}
+
+// The host's model of a variant problem's work per key block: the query blocks its band sees
+// (TileMask's ranges with the full sequence lengths: lengths and segment ids live on the device,
+// so they are not in the model). Sets *uneven when the key blocks' work differs (then the
+// longest-first order pays) and *last_longest when the last key block has more than the first.
+inline void bwd_variant_band_work(const ProblemShape& p, int block_m, int block_n, bool* uneven,
+                                  bool* last_longest) {
+  MaskArgs a = make_mask_args(p);
+  a.q_lengths = a.kv_lengths = a.q_ids = a.kv_ids = a.q_ranges = a.kv_ranges = nullptr;
+  const TileMask<MaskKind::kVariant> band(a, 0);
+  const int n_blocks = int((p.seq_k + block_n - 1) / block_n);
+  int lo = INT_MAX, hi = -1, first = 0, last = 0;
+  for (int n = 0; n < n_blocks; ++n) {
+    int b, e;
+    band.query_blocks(n * block_n, (n + 1) * block_n, block_m, &b, &e);
+    const int w = e - b;
+    lo = w < lo ? w : lo;
+    hi = w > hi ? w : hi;
+    if (n == 0) first = w;
+    last = w;
+  }
+  *uneven = n_blocks > 0 && hi > lo;
+  *last_longest = last > first;
 }
 
 struct BwdPlan {
@@ -61,12 +100,28 @@ struct BwdPlan {
 // The library's choice for a problem that passed check_problem_shape with heads_kv > 0. The
 // persistent kernel hands out causal tiles longest first always (its dynamic tile counter is
 // greedy list scheduling, which wants the longest first).
+//
+// Variant problems (bwd_is_variant): the grid configuration of the head dim; their key blocks go
+// longest first by the band's work (bwd_variant_band_work), not the dense count: last-first when
+// the band makes the last key blocks the longest (a window bounded on the left only), and in
+// longest-first sections (where the head dim wants them, as causal) when the work is uneven. A
+// window bounded on both sides gives every interior key block the same work: plain grid order.
 inline BwdPlan bwd_plan(const BwdProblem& p) {
   BwdPlan plan;
   plan.config = bwd_config_for(p);
+  plan.schedule.max_ctas = 0;
+  if (bwd_is_variant(p)) {
+    int bm, bn;
+    bwd_config_blocks(plan.config, &bm, &bn);
+    bool uneven = false, last_longest = false;
+    bwd_variant_band_work(p, bm, bn, &uneven, &last_longest);
+    plan.schedule.reverse_blocks = last_longest && !p.deterministic;
+    plan.schedule.lpt_section =
+        uneven && !p.deterministic && bwd_lpt_wanted(p.head_dim, p.seq_k) ? bwd_lpt_section(p) : 0;
+    return plan;
+  }
   const bool lpt = plan.config == BwdConfigId::kHd128Persistent || bwd_lpt_wanted(p.head_dim, p.seq_k);
   plan.schedule.lpt_section = p.causal && !p.deterministic && lpt ? bwd_lpt_section(p) : 0;
-  plan.schedule.max_ctas = 0;
   return plan;
 }
 

@@ -36,11 +36,19 @@
 
 namespace fa4::hopper {
 
+// The producer warpgroup's registers: the configuration's, or for kVariant whatever the two
+// consumer warpgroups leave of the 512 (the loader and the writer evaluate the variant's ranges,
+// and the writer its deterministic ranks).
+template <class Cfg, MaskKind K>
+constexpr int bwd_producer_regs() {
+  return K == MaskKind::kVariant ? 512 - Cfg::consumer_warpgroups() * Cfg::consumer_regs() : Cfg::producer_regs();
+}
+
 // Shared memory: Cfg's tiles, then at Cfg::barrier_offset() kv_full, the Q ring's and the dO
 // ring's barriers; the persistent kernel's kv_empty, tile_full[2], tile_empty[2] and the two
 // tile-id slots at Cfg::persistent_offset(). (Plain local pointers in each kernel: gathering them
 // in a struct reorders the generated code.)
-template <class T, class Cfg, bool Causal>
+template <class T, class Cfg, MaskKind K, bool SoftCap>
 __global__ void __launch_bounds__(Cfg::threads(), 1)
     bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
@@ -56,7 +64,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   auto* do_bars = q_bars + 1;
 
   int n_block, kv_head, batch;
-  BwdGridScheduler<Causal>::tile(args, &n_block, &kv_head, &batch);
+  BwdGridScheduler<K>::tile(args, &n_block, &kv_head, &batch);
   const int n0 = n_block * Cfg::block_n();
   // From lane 0 through a shuffle, so the compiler knows it is warp-uniform: the wgmma
   // descriptors and shared-memory bases derived from it live in uniform registers.
@@ -75,9 +83,9 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   __syncthreads();
 
   if (wg == 0) {
-    setmaxnreg_dec<Cfg::producer_regs()>();
+    setmaxnreg_dec<bwd_producer_regs<Cfg, K>()>();
     int m_begin, m_end;
-    bwd_query_blocks<Cfg, Causal>(args, n0, &m_begin, &m_end);
+    bwd_query_blocks<Cfg, K>(args, batch, n0, &m_begin, &m_end);  // whole warps (kVariant: collective)
     if (threadIdx.x == 0) {
       // The loader thread. (An `else` for the writer warp below: a test after the loop would keep
       // a register live through it, and at 24 registers that spilled.)
@@ -88,14 +96,14 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
         bwd_load_rows<Cfg>(q_ring, do_ring, smem, &tm_q, &tm_do, args, kv_head, batch, m_begin, m_end);
       }
     } else if (threadIdx.x / 32 == 1) {
-      bwd_dq_writer<Cfg, Causal>(smem, args, n0, kv_head, batch, threadIdx.x % 32);
+      bwd_dq_writer<Cfg, K>(smem, args, n0, kv_head, batch, threadIdx.x % 32);
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
     using Ring = TmaConsumerPipeline<T, typename Cfg::RowRing, false>;
     Ring q(q_bars, smem + Cfg::q_offset());
     Ring dO(do_bars, smem + Cfg::do_offset());
-    bwd_consumer_tile<T, Cfg, Causal>(wg - 1, smem, kv_full, 0, nullptr, q, dO, 0, args, n0, kv_head, batch);
+    bwd_consumer_tile<T, Cfg, K, SoftCap>(wg - 1, smem, kv_full, 0, nullptr, q, dO, 0, args, n0, kv_head, batch);
   }
 }
 
@@ -112,12 +120,16 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
 // discarded); the loader issues none of the next tile's loads (K/V or Q/dO) before kv_empty,
 // which the consumers arrive on after the wait<0> that retires that look-ahead, so nothing is
 // written under it.
-template <class T, class Cfg, bool Causal>
+// Dense and causal problems only (K != kVariant): the loader thread alone computes each tile's
+// range, which the segment narrowing (warp-collective) cannot do; variant problems run the grid
+// kernel (heuristics.h).
+template <class T, class Cfg, MaskKind K>
 __global__ void __launch_bounds__(Cfg::threads(), 1)
     bwd_kernel_persistent(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                           const BwdArgs args) {
   static_assert(Cfg::persistent(), "persistent config");
+  static_assert(K != MaskKind::kVariant, "variant problems run bwd_kernel");
   using Sched = BwdPersistentScheduler;
   extern __shared__ uint8_t smem_raw[];
   // The 1024-byte aligned base of the dynamic shared memory (swizzle atoms need 1024).
@@ -165,7 +177,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
         int n_block, kv_head, batch, m_begin, m_end;
         Sched::tile_coords(args, id, &n_block, &kv_head, &batch);
         const int n0 = n_block * Cfg::block_n();
-        bwd_query_blocks<Cfg, Causal>(args, n0, &m_begin, &m_end);
+        bwd_query_blocks<Cfg, K>(args, batch, n0, &m_begin, &m_end);
         if (m_end > m_begin) {
           mbarrier_wait(kv_empty, (loads & 1) ^ 1);  // the previous tile's K/V no longer read
           bwd_load_kv<Cfg>(smem, kv_full, &tm_k, &tm_v, n0, kv_head, batch);
@@ -175,7 +187,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
         id = Sched::next_tile(args);
       }
     } else if (threadIdx.x / 32 == 1) {
-      bwd_dq_writer_persistent<Cfg, Causal>(smem, args, tile_full, tile_empty, tile_ids,
+      bwd_dq_writer_persistent<Cfg, K>(smem, args, tile_full, tile_empty, tile_ids,
                                             threadIdx.x % 32);
     }
   } else {
@@ -191,9 +203,9 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
       if (id < 0) break;
       int n_block, kv_head, batch;
       Sched::tile_coords(args, id, &n_block, &kv_head, &batch);
-      const int steps = bwd_consumer_tile<T, Cfg, Causal>(wg - 1, smem, kv_full, uint32_t(kv_uses & 1),
-                                                          kv_empty, q, dO, step0, args,
-                                                          n_block * Cfg::block_n(), kv_head, batch);
+      const int steps = bwd_consumer_tile<T, Cfg, K, false>(wg - 1, smem, kv_full, uint32_t(kv_uses & 1),
+                                                                 kv_empty, q, dO, step0, args,
+                                                                 n_block * Cfg::block_n(), kv_head, batch);
       step0 += steps;
       kv_uses += steps > 0 ? 1 : 0;
     }

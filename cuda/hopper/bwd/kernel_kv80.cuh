@@ -28,6 +28,7 @@
 #include "hopper/bwd/dq_writer.cuh"
 #include "hopper/bwd/producer.cuh"
 #include "hopper/bwd/scheduler.cuh"
+#include "hopper/common/mask.cuh"
 #include "hopper/common/numeric.cuh"
 #include "hopper/common/pipeline.cuh"
 #include "hopper/ptx/barrier.cuh"
@@ -155,7 +156,10 @@ __device__ __forceinline__ void kv80_write_rows(void* out, const uint8_t* stage,
   }
 }
 
-template <class T, class Cfg, bool Causal, class QRing, class DoRing>
+// The consumers' steps. Masking, the NaN-safe selects and the soft cap as in bwd_p_ds
+// (mainloop.cuh), in this kernel's layout (a thread holds query rows qrow, qrow + 8 and keys
+// key0 + 8j + e); the soft cap's 1 - t^2 waits in gk as packed halves.
+template <class T, class Cfg, MaskKind K, bool SoftCap, class QRing, class DoRing>
 __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv_full, QRing& q, DoRing& dO,
                                               const BwdArgs& args, int n0, int kv_head, int batch) {
   const int tid = threadIdx.x % 128;
@@ -176,8 +180,20 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
     for (int i = 0; i < 40; ++i) dk[b][i] = dv[b][i] = 0.f;
   }
 
+  constexpr bool Causal = K == MaskKind::kCausal;
+  const TileMask<K> mask = [&] {
+    if constexpr (K == MaskKind::kVariant) {
+      return TileMask<K>(args.mask, batch);
+    } else {
+      return TileMask<K>(args.seq_q, args.seq_k);
+    }
+  }();
   int m_begin, m_end;
-  bwd_query_blocks<Cfg, Causal>(args, n0, &m_begin, &m_end);
+  if constexpr (K == MaskKind::kVariant) {
+    bwd_variant_query_blocks<Cfg>(mask, !args.deterministic, n0, &m_begin, &m_end);
+  } else {
+    bwd_query_blocks<Cfg, K>(args, batch, n0, &m_begin, &m_end);
+  }
   const bool any = m_end > m_begin;
   if (any) mbarrier_wait(kv_full, 0);
 
@@ -209,24 +225,66 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
       wgmma_commit();
 
       // P = 2^(S scale log2e - lse2[query]) (masked keys exactly 0), then dS = P (dP - delta').
-      const bool need_mask =
-          n0 + Cfg::block_n() > args.seq_k || (Causal && n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q);
+      bool need_mask;
+      if constexpr (K == MaskKind::kVariant) {
+        need_mask = mask.needs_mask(m0, min(m0 + BM, args.seq_q), n0, n0 + Cfg::block_n());
+      } else {
+        need_mask =
+            n0 + Cfg::block_n() > args.seq_k || (Causal && n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q);
+      }
       const float l[2] = {lse[qrow], lse[qrow + 8]};
+      uint32_t gk[SoftCap ? 10 : 1];  // SoftCap: 1 - t^2, packed halves, pair k = 2j + i
       wgmma_wait<1>();
       fence_regs(s);
 #pragma unroll
       for (int j = 0; j < 5; ++j) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
+          float t[2];
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            float p = exp2_approx(fmaf(s[4 * j + 2 * i + e], args.scale_log2, -l[i]));
-            if (need_mask) {
-              const int key = key0 + 8 * j + e;
-              const int query = m0 + qrow + 8 * i;
-              if (key >= args.seq_k || (Causal && key > query + args.seq_k - args.seq_q)) p = 0.f;
+            float p;
+            if constexpr (SoftCap) {
+              t[e] = tanh_approx(s[4 * j + 2 * i + e] * args.softcap_scale);
+              p = exp2_approx(fmaf(t[e], args.softcap_log2, -l[i]));
+            } else {
+              p = exp2_approx(fmaf(s[4 * j + 2 * i + e], args.scale_log2, -l[i]));
+            }
+            if constexpr (K != MaskKind::kVariant) {
+              if (need_mask) {
+                const int key = key0 + 8 * j + e;
+                const int query = m0 + qrow + 8 * i;
+                if (key >= args.seq_k || (Causal && key > query + args.seq_k - args.seq_q)) p = 0.f;
+              }
             }
             s[4 * j + 2 * i + e] = p;
+          }
+          if constexpr (SoftCap) gk[2 * j + i] = pack2<__half>(fmaf(-t[0], t[0], 1.f), fmaf(-t[1], t[1], 1.f));
+        }
+      }
+      if constexpr (K == MaskKind::kVariant) {
+        if (need_mask) {
+          const bool seg = mask.q_ids != nullptr;
+          int lo[2], hi[2], qid[2];
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int query = m0 + qrow + 8 * i;
+            lo[i] = mask.key_lo(query);
+            hi[i] = query < mask.q_len ? mask.key_hi(query) : 0;
+            qid[i] = seg ? __ldg(mask.q_ids + min(query, args.seq_q - 1)) : 0;
+          }
+#pragma unroll
+          for (int j = 0; j < 5; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int key = key0 + 8 * j + e;
+              const int kid = seg ? __ldg(mask.kv_ids + min(key, args.seq_k - 1)) : 0;
+#pragma unroll
+              for (int i = 0; i < 2; ++i) {
+                const bool visible = key >= lo[i] && key < hi[i] && kid == qid[i];
+                if (!visible) s[4 * j + 2 * i + e] = 0.f;
+              }
+            }
           }
         }
       }
@@ -240,7 +298,19 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
 #pragma unroll
       for (int k = 0; k < 10; ++k) {
         const int i = k % 2;  // register pair k = (j, i) = (k / 2, k % 2)
-        pk[k] = pack2<T>(s[2 * k] * (dp[2 * k] - d[i]), s[2 * k + 1] * (dp[2 * k + 1] - d[i]));
+        float d0 = s[2 * k] * (dp[2 * k] - d[i]);
+        float d1 = s[2 * k + 1] * (dp[2 * k + 1] - d[i]);
+        if constexpr (SoftCap) {
+          const __half2 g = *reinterpret_cast<const __half2*>(&gk[k]);
+          d0 *= __low2float(g);
+          d1 *= __high2float(g);
+        }
+        if (need_mask) {
+          // Masked (P == 0) entries: dS = 0 by select (dP may hold an invisible row's NaN).
+          d0 = s[2 * k] == 0.f ? 0.f : d0;
+          d1 = s[2 * k + 1] == 0.f ? 0.f : d1;
+        }
+        pk[k] = pack2<T>(d0, d1);
       }
       kv80_store_transposed<Cfg>(dst, pk, c, warp, lane);
       // Generic-proxy stores -> wgmma reads, across both warpgroups (each reads all 80 keys).
@@ -272,7 +342,12 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
       int* dq_sem = args.deterministic
                         ? args.dq_sem + (int64_t(batch) * args.heads_q + head) * (args.seq_q_pad / 64) + m
                         : nullptr;
-      const int dq_rank = dq_sem ? bwd_dq_rank<Cfg, Causal>(args, n0 / Cfg::block_n(), m) : 0;
+      int dq_rank = 0;
+      if constexpr (K == MaskKind::kVariant) {
+        if (dq_sem) dq_rank = bwd_dq_rank_variant<Cfg>(args, mask, n0 / Cfg::block_n(), m);
+      } else {
+        dq_rank = dq_sem ? bwd_dq_rank<Cfg, K>(args, n0 / Cfg::block_n(), m) : 0;
+      }
       if (dq_sem) dq_tile_wait(dq_sem, dq_rank, dq_sem_thread);
       kv80_add_dq<Cfg>(dq_rows, dq, m0, 2 * c, tid);
       wgmma_fence();
@@ -296,7 +371,7 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
   kv80_write_rows<Cfg>(args.dv, smem + Cfg::epi_dv_offset(), args, n0, kv_head, batch, ctid);
 }
 
-template <class T, class Cfg, bool Causal>
+template <class T, class Cfg, MaskKind K, bool SoftCap>
 __global__ void __launch_bounds__(Cfg::threads(), 1)
     bwd_kernel_kv80(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                     const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
@@ -311,7 +386,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   static_assert(sizeof(QBarriers) + sizeof(DoBarriers) + 8 == Cfg::barrier_bytes(), "barrier block size");
 
   int n_block, kv_head, batch;
-  BwdGridScheduler<Causal>::tile(args, &n_block, &kv_head, &batch);
+  BwdGridScheduler<K>::tile(args, &n_block, &kv_head, &batch);
   const int n0 = n_block * Cfg::block_n();
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
 
@@ -329,9 +404,12 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
 
   if (wg == 0) {
     setmaxnreg_dec<Cfg::producer_regs()>();
+    // kVariant: the range by whole warps (the segment narrowing is warp-collective); the other
+    // kinds compute it in the loader thread only, as before.
+    int m_begin = 0, m_end = 0;
+    if constexpr (K == MaskKind::kVariant) bwd_query_blocks<Cfg, K>(args, batch, n0, &m_begin, &m_end);
     if (threadIdx.x == 0) {
-      int m_begin, m_end;
-      bwd_query_blocks<Cfg, Causal>(args, n0, &m_begin, &m_end);
+      if constexpr (K != MaskKind::kVariant) bwd_query_blocks<Cfg, K>(args, batch, n0, &m_begin, &m_end);
       if (m_end > m_begin) {
         bwd_load_tile<Cfg, Cfg::q_stages(), Cfg::do_stages()>(smem, kv_full, q_bars, do_bars, &tm_q, &tm_k, &tm_v,
                                                               &tm_do, args, n0, kv_head, batch, m_begin, m_end);
@@ -341,7 +419,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     setmaxnreg_inc<Cfg::consumer_regs()>();
     TmaConsumerPipeline<T, typename Cfg::RowRing, false> q(q_bars, smem + Cfg::q_offset());
     TmaConsumerPipeline<T, typename Cfg::DoRing, false> dO(do_bars, smem + Cfg::do_offset());
-    kv80_consumer<T, Cfg, Causal>(wg - 1, smem, kv_full, q, dO, args, n0, kv_head, batch);
+    kv80_consumer<T, Cfg, K, SoftCap>(wg - 1, smem, kv_full, q, dO, args, n0, kv_head, batch);
   }
 }
 

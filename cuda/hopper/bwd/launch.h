@@ -49,6 +49,9 @@ struct BwdSchedule {
   int lpt_section = 0;
   // Persistent configurations: at most this many CTAs (0 = one per SM).
   int max_ctas = 0;
+  // Variant problems (the kVariant grid kernels): key blocks last-first, when the band makes the
+  // last key blocks the longest. Ignored in deterministic mode and by dense / causal problems.
+  bool reverse_blocks = false;
 };
 
 // Validates the problem and enqueues the backward on `stream` (preprocess with the dq_accum

@@ -18,11 +18,14 @@
 #include "hopper/bwd/kernel_kv80.cuh"
 #include "hopper/bwd/launch.h"
 #include "hopper/bwd/prepost.cuh"
+#include "hopper/common/mask.cuh"
 #include "hopper/common/tensor_map.h"
 
 namespace fa4::hopper {
 
-template <class T, class Cfg, bool Causal>
+// K: the mask kind the kernels are built for (kVariant for every problem with a window, lengths,
+// segment ids or a soft cap); SoftCap: the score modifier.
+template <class T, class Cfg, MaskKind K, bool SoftCap>
 std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
                                const BwdSchedule& schedule) {
   constexpr int D = Cfg::head_dim();
@@ -76,8 +79,13 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
     args.lpt_section = 0;
     args.n_blocks = int(n_blocks);
     args.batch = int(p.batch);
+    args.mask = make_mask_args(p);
+    args.softcap_scale = SoftCap ? p.softmax_scale / p.variant.softcap : 0.f;
+    args.softcap_log2 = SoftCap ? p.variant.softcap * 1.4426950408889634f : 0.f;
+    args.reverse_blocks = K == MaskKind::kVariant && schedule.reverse_blocks && !p.deterministic;
 
     if constexpr (Cfg::persistent()) {
+      static_assert(K != MaskKind::kVariant && !SoftCap, "the persistent kernel runs dense and causal problems");
       args.lpt_section = schedule.lpt_section;
       static int sm_count = 0;
       if (sm_count == 0) {
@@ -86,7 +94,7 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
         if ((e = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
           return fail("cudaDeviceGetAttribute", e);
       }
-      auto kernel = bwd_kernel_persistent<T, Cfg, Causal>;
+      auto kernel = bwd_kernel_persistent<T, Cfg, K>;
       e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
       if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
       int64_t ctas = std::min<int64_t>(n_blocks * pairs, sm_count);
@@ -105,9 +113,9 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
       }
       auto kernel = [] {
         if constexpr (Cfg::kv80()) {
-          return bwd_kernel_kv80<T, Cfg, Causal>;
+          return bwd_kernel_kv80<T, Cfg, K, SoftCap>;
         } else {
-          return bwd_kernel<T, Cfg, Causal>;
+          return bwd_kernel<T, Cfg, K, SoftCap>;
         }
       }();
       e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
@@ -124,18 +132,36 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
   return {};
 }
 
+// The instantiation set per dtype: (kDense | kCausal | kVariant) without the soft cap and kVariant
+// with it (a soft-capped problem always runs the kVariant mask; causal is folded into its band).
+// The persistent configuration is built for dense and causal only.
+template <class T, class Cfg>
+std::string launch_bwd_kind(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
+                            const BwdSchedule& schedule) {
+  const MaskKind kind = mask_kind(p);
+  const bool softcap = p.variant.softcap > 0.f;
+  if (kind == MaskKind::kVariant || softcap) {
+    if constexpr (Cfg::persistent()) {
+      return std::string("backward: the ") + Cfg::name() +
+             " configuration runs dense and causal problems only (a window, lengths, segment ids or a soft cap "
+             "run the grid configurations)";
+    } else {
+      return softcap ? launch_bwd_kernels<T, Cfg, MaskKind::kVariant, true>(p, ws, stream, schedule)
+                     : launch_bwd_kernels<T, Cfg, MaskKind::kVariant, false>(p, ws, stream, schedule);
+    }
+  }
+  return kind == MaskKind::kCausal ? launch_bwd_kernels<T, Cfg, MaskKind::kCausal, false>(p, ws, stream, schedule)
+                                   : launch_bwd_kernels<T, Cfg, MaskKind::kDense, false>(p, ws, stream, schedule);
+}
+
 template <class Cfg>
 std::string launch_bwd_config(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
                               const BwdSchedule& schedule) {
   bool done = false;
   std::string err = bwd_check_launch(p, ws, stream, Cfg::head_dim(), &done);
   if (!err.empty() || done) return err;
-  if (p.dtype == Dtype::kBf16) {
-    return p.causal ? launch_bwd_kernels<__nv_bfloat16, Cfg, true>(p, ws, stream, schedule)
-                    : launch_bwd_kernels<__nv_bfloat16, Cfg, false>(p, ws, stream, schedule);
-  }
-  return p.causal ? launch_bwd_kernels<__half, Cfg, true>(p, ws, stream, schedule)
-                  : launch_bwd_kernels<__half, Cfg, false>(p, ws, stream, schedule);
+  if (p.dtype == Dtype::kBf16) return launch_bwd_kind<__nv_bfloat16, Cfg>(p, ws, stream, schedule);
+  return launch_bwd_kind<__half, Cfg>(p, ws, stream, schedule);
 }
 
 }  // namespace fa4::hopper

@@ -7,10 +7,13 @@
 // exactly dS^T stored row by row (an MN-major A operand), so no transpose is ever done.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "hopper/bwd/args.cuh"
 #include "hopper/bwd/dq_writer.cuh"
 #include "hopper/bwd/scheduler.cuh"
+#include "hopper/bwd/variant.cuh"
+#include "hopper/common/mask.cuh"
 #include "hopper/common/numeric.cuh"
 #include "hopper/common/pipeline.cuh"
 #include "hopper/ptx/barrier.cuh"
@@ -134,14 +137,41 @@ __device__ __forceinline__ void issue_dpt_step(float (&dpt)[Cfg::s_cols() / 2], 
   wgmma_commit();
 }
 
+// Per 16-bit half of a packed P pair: 0xFFFF where P is not zero, 0 where it is.
+template <class T>
+__device__ __forceinline__ uint32_t nonzero_halves(uint32_t x) {
+  uint32_t m;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm("set.ne.u32.bf16x2 %0, %1, %2;" : "=r"(m) : "r"(x), "r"(0u));
+  } else {
+    asm("set.ne.u32.f16x2 %0, %1, %2;" : "=r"(m) : "r"(x), "r"(0u));
+  }
+  return m;
+}
+
 // The softmax part of a step, on the S^T and dP^T wgmma groups in flight (waits for them in issue
 // order): P^T = 2^(S^T * scale * log2 e - lse2[query]), masked entries exactly 0, then
 // dS^T = P^T * (dP^T - delta'[query]), both packed to the input dtype for the dV / dK products.
 // query0 = this thread's first query column; lse_cols / delta_cols = its vectors in shared memory.
-template <class T, class Cfg, bool Causal, int NS>
+//
+// need_mask (a partial tile; the caller runs one copy of this code per value, so the unmasked
+// one carries no test at all): masked entries get P = 0 and dS = 0 by select, never by a product
+// with 0, so a NaN / Inf in an invisible score or in the dP of an invisible pair (its V or dO row)
+// reaches neither.
+//   kDense / kCausal: P = 0 selected inline (the sequence end and the causal diagonal); dS is
+//     cleared after the packing where the packed P is 0 (for a visible entry whose P underflowed
+//     to 0, dS = 0 * (dP - delta) is 0 anyway when that is finite).
+//   kVariant: the caller follows this (need_mask = false) with bwd_variant_mask_pds.
+// SoftCap: S' = c tanh(u), u = S * softmax_scale / c; P = 2^(c log2(e) t - lse2) and
+// dS = P (dP - delta) (1 - t^2), the chain rule through the cap (softmax_scale is applied to dK
+// in the epilogue and to dQ in the postprocess, as without the cap). 1 - t^2 waits in the dS
+// registers as packed halves (2^-11 relative, on a factor in [0, 1]): 32 floats more would not
+// fit beside dK and dV.
+template <class T, class Cfg, MaskKind K, bool SoftCap, bool need_mask, int NS>
 __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 2], uint32_t (&pf)[NS / 4],
                                          uint32_t (&dsf)[NS / 4], const BwdArgs& args, const float* lse_cols,
-                                         const float* delta_cols, bool need_mask, int key_row0, int query0) {
+                                         const float* delta_cols, int key_row0, int query0, uint8_t* smem) {
+  constexpr bool Causal = K == MaskKind::kCausal;
   wgmma_wait<1>();
   fence_regs(st);
 #pragma unroll
@@ -149,16 +179,24 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
     const float2 l = *reinterpret_cast<const float2*>(lse_cols + 8 * j);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
+      float t[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        float p = exp2_approx(fmaf(st[4 * j + 2 * i + e], args.scale_log2, -(e ? l.y : l.x)));
-        if (need_mask) {
+        float p;
+        if constexpr (SoftCap) {
+          t[e] = tanh_approx(st[4 * j + 2 * i + e] * args.softcap_scale);
+          p = exp2_approx(fmaf(t[e], args.softcap_log2, -(e ? l.y : l.x)));
+        } else {
+          p = exp2_approx(fmaf(st[4 * j + 2 * i + e], args.scale_log2, -(e ? l.y : l.x)));
+        }
+        if constexpr (K != MaskKind::kVariant && need_mask) {
           const int key = key_row0 + 8 * i;
           const int query = query0 + 8 * j + e;
           if (key >= args.seq_k || (Causal && key > query + args.seq_k - args.seq_q)) p = 0.f;
         }
         st[4 * j + 2 * i + e] = p;
       }
+      if constexpr (SoftCap) dsf[2 * j + i] = pack2<__half>(fmaf(-t[0], t[0], 1.f), fmaf(-t[1], t[1], 1.f));
     }
   }
   wgmma_wait<0>();
@@ -168,14 +206,76 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
     const float2 dl = *reinterpret_cast<const float2*>(delta_cols + 8 * j);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      dpt[4 * j + 2 * i] = st[4 * j + 2 * i] * (dpt[4 * j + 2 * i] - dl.x);
-      dpt[4 * j + 2 * i + 1] = st[4 * j + 2 * i + 1] * (dpt[4 * j + 2 * i + 1] - dl.y);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int k = 4 * j + 2 * i + e;
+        float d = st[k] * (dpt[k] - (e ? dl.y : dl.x));
+        if constexpr (SoftCap) {
+          const __half2 g = *reinterpret_cast<const __half2*>(&dsf[2 * j + i]);
+          d *= e ? __high2float(g) : __low2float(g);
+        }
+        dpt[k] = d;
+      }
     }
   }
 #pragma unroll
   for (int k = 0; k < NS / 4; ++k) {
     pf[k] = pack2<T>(st[2 * k], st[2 * k + 1]);
     dsf[k] = pack2<T>(dpt[2 * k], dpt[2 * k + 1]);
+  }
+  if constexpr (K != MaskKind::kVariant && need_mask) {
+#pragma unroll
+    for (int k = 0; k < NS / 4; ++k) dsf[k] &= nonzero_halves<T>(pf[k]);
+  }
+}
+
+// kVariant, a masked step: band, lengths (padding rows and keys) and segment ids, tested after
+// the packing on the packed halves of P and dS (S^T and dP^T are dead by then, so the test's
+// registers do not compete with them; in the float registers it spilled). One copy of the float
+// code serves masked and unmasked steps; this pass follows it on masked ones.
+template <class Cfg, int NS>
+__device__ __forceinline__ void bwd_variant_mask_pds(uint32_t (&pf)[NS / 4], uint32_t (&dsf)[NS / 4],
+                                                     const BwdArgs& args, int key_row0, int query0, uint8_t* smem) {
+  constexpr MaskKind K = MaskKind::kVariant;
+  // The batch entry's mask, rebuilt here from the warp's shared copy (kept live across the main
+  // loop it would cost the consumers a dozen registers they do not have).
+  const TileMask<K> mask = bwd_variant_mask<Cfg>(smem, args);
+  // This thread's two key rows (their ids when the problem has segment ids).
+  const bool seg = mask.q_ids != nullptr;
+  int kid[2] = {0, 0};
+  if (seg) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) kid[i] = __ldg(mask.kv_ids + min(key_row0 + 8 * i, args.seq_k - 1));
+  }
+  // Visibility bits, element 4j + 2i + e, from a rolled loop (unrolled, the scheduler hoisted
+  // every column's loads and bounds at once and the consumers spilled), then applied to the
+  // packed halves.
+  using Bits = std::conditional_t<(NS / 2 > 32), uint64_t, uint32_t>;
+  Bits vis = 0;
+#pragma unroll 1
+  for (int j = 0; j < NS / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int query = query0 + 8 * j + e;
+      // The keys [lo, hi) this query sees by band and lengths (none for a padding row).
+      const int lo = mask.key_lo(query);
+      const int hi = query < mask.q_len ? mask.key_hi(query) : 0;
+      const int qid = seg ? __ldg(mask.q_ids + min(query, args.seq_q - 1)) : 0;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int key = key_row0 + 8 * i;
+        const bool visible = key >= lo && key < hi && kid[i] == qid;
+        vis |= Bits(visible ? 1 : 0) << (4 * j + 2 * i + e);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < NS / 4; ++k) {
+    const uint32_t lo_keep = 0u - uint32_t((vis >> (2 * k)) & 1);
+    const uint32_t hi_keep = 0u - uint32_t((vis >> (2 * k + 1)) & 1);
+    const uint32_t keep = (lo_keep & 0x0000ffffu) | (hi_keep & 0xffff0000u);
+    pf[k] &= keep;
+    dsf[k] &= keep;
   }
 }
 
@@ -195,7 +295,7 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
 // So S^T(t+1) and dP^T(t+1) queue behind dQ(t) while the dQ tile is written. C and D are issued
 // unconditionally (after the last step they read a stage nobody writes and are never read; the
 // mbarrier wait is skipped), so every path reaches the back edge with nothing in flight.
-template <class T, class Cfg, bool Causal, class Ring>
+template <class T, class Cfg, MaskKind K, bool SoftCap, class Ring>
 __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t* kv_full, uint32_t kv_parity,
                                                  uint64_t* kv_empty, Ring& q, Ring& dO, int step0,
                                                  const BwdArgs& args, int n0, int kv_head, int batch) {
@@ -225,8 +325,14 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
 #pragma unroll
   for (int i = 0; i < Cfg::dkv_cols() / 2; ++i) dk[i] = dv[i] = 0.f;
 
+  constexpr bool Causal = K == MaskKind::kCausal;
   int m_begin, m_end;
-  bwd_query_blocks<Cfg, Causal>(args, n0, &m_begin, &m_end);
+  bwd_query_blocks<Cfg, K>(args, batch, n0, &m_begin, &m_end);
+  // kVariant: the tile's mask facts into the warp's shared copy (variant.cuh).
+  if constexpr (K == MaskKind::kVariant) {
+    bwd_write_variant_facts<Cfg>(smem, TileMask<K>(args.mask, batch), n0, n0 + Cfg::block_n(),
+                                 bwd_q_ranges(args, batch));
+  }
   const bool any = m_end > m_begin;
   if (any) mbarrier_wait(kv_full, kv_parity);
 
@@ -238,13 +344,29 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
   float st[NS / 2];
   float dpt[NS / 2];
   auto scores_to_ds = [&](int m0, int stage, int step) {
-    const bool need_mask = n0 + Cfg::block_n() > args.seq_k ||
-                           (Causal && n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q);
+    bool need_mask;
+    if constexpr (K == MaskKind::kVariant) {
+      need_mask = bwd_variant_needs_mask<Cfg>(smem, m0, args.seq_q);
+    } else {
+      need_mask = n0 + Cfg::block_n() > args.seq_k ||
+                  (Causal && n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q);
+    }
     uint32_t pf[NS / 4];
     uint32_t dsf[NS / 4];
-    bwd_p_ds<T, Cfg, Causal, NS>(st, dpt, pf, dsf, args, sLse + stage * BM + s_col0 + col_in_slice,
-                                 sDelta + stage * BM + s_col0 + col_in_slice, need_mask, key_row0,
-                                 m0 + s_col0 + col_in_slice);
+    // Two copies of the P / dS code, so the unmasked one carries no mask test at all.
+    const float* lse_cols = sLse + stage * BM + s_col0 + col_in_slice;
+    const float* delta_cols = sDelta + stage * BM + s_col0 + col_in_slice;
+    if constexpr (K == MaskKind::kVariant) {
+      bwd_p_ds<T, Cfg, K, SoftCap, false, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, key_row0,
+                                              m0 + s_col0 + col_in_slice, smem);
+      if (need_mask) bwd_variant_mask_pds<Cfg, NS>(pf, dsf, args, key_row0, m0 + s_col0 + col_in_slice, smem);
+    } else if (need_mask) {
+      bwd_p_ds<T, Cfg, K, SoftCap, true, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, key_row0,
+                                             m0 + s_col0 + col_in_slice, smem);
+    } else {
+      bwd_p_ds<T, Cfg, K, SoftCap, false, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, key_row0,
+                                              m0 + s_col0 + col_in_slice, smem);
+    }
     uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
     // Pins dK/dV (their zeroing, in the peeled first call) before the fence: zeros sunk past
     // wgmma_fence make ptxas inject a warpgroup.arrive (C7519). No-op in the loop.
@@ -319,7 +441,8 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
   if (kv_empty != nullptr && any && elected) mbarrier_arrive(kv_empty);
 
   // Epilogue: dK = softmax_scale * dS^T Q summed over the group, dV = P^T dO; rows past seq_k
-  // dropped. A key block no query sees (possible only with seq_q == 0) writes zeros.
+  // dropped. A key block no query sees (seq_q == 0, causal rows before the diagonal, or a
+  // variant's band, lengths and segments) writes zeros.
   store_dkv<T, Cfg>(args.dk, dk, args.softmax_scale, args, n0, r, dkv_col0, kv_head, batch, warp, lane);
   store_dkv<T, Cfg>(args.dv, dv, 1.f, args, n0, r, dkv_col0, kv_head, batch, warp, lane);
   return tile_steps;

@@ -22,12 +22,34 @@
 
 namespace fa4::hopper {
 
-// The query blocks of a tile's steps: from the mask policy's first query block that sees key n0
-// (causal: the earlier ones see none of the tile's keys) to the last block of seq_q.
-template <class Cfg, bool Causal>
-__device__ __forceinline__ void bwd_query_blocks(const BwdArgs& args, int n0, int* m_begin, int* m_end) {
-  *m_end = (args.seq_q + Cfg::block_m() - 1) / Cfg::block_m();
-  *m_begin = AttentionMask<Causal>{args.seq_q, args.seq_k}.query_block_begin(n0, Cfg::block_m());
+// The query blocks [*m_begin, *m_end) of a tile's steps: THE range, asked by the loader, the
+// consumers and the dQ writer alike (and, band-only, by the deterministic ranks of bwd_dq_rank),
+// so they always agree on which steps exist.
+//   kDense / kCausal: from the mask policy's first query block that sees key n0 (causal: the
+//     earlier ones see none of the tile's keys) to the last block of seq_q.
+//   kVariant: the query blocks whose rows see keys [n0, n0 + block_n) by band and lengths
+//     (TileMask::query_blocks), narrowed to the 64-row chunks whose segment-id range meets the
+//     keys' (warp-collective: every lane of the calling warp must call it with the same
+//     arguments). Deterministic mode does not narrow by segment, so that the ranks stay a count
+//     over the band alone. An empty range is (0, 0).
+template <class Cfg>
+__device__ __forceinline__ void bwd_variant_query_blocks(const TileMask<MaskKind::kVariant>& mask, bool narrow,
+                                                         int n0, int* m_begin, int* m_end) {
+  int lo, hi;
+  mask.row_span(n0, n0 + Cfg::block_n(), &lo, &hi);
+  if (narrow) mask.narrow_rows_by_segment(n0, n0 + Cfg::block_n(), &lo, &hi, int(threadIdx.x % 32));
+  TileMask<MaskKind::kVariant>::blocks_of(lo, hi, Cfg::block_m(), m_begin, m_end);
+}
+
+template <class Cfg, MaskKind K>
+__device__ __forceinline__ void bwd_query_blocks(const BwdArgs& args, int batch, int n0, int* m_begin, int* m_end) {
+  if constexpr (K == MaskKind::kVariant) {
+    const TileMask<MaskKind::kVariant> mask(args.mask, batch);
+    bwd_variant_query_blocks<Cfg>(mask, !args.deterministic, n0, m_begin, m_end);
+  } else {
+    *m_end = (args.seq_q + Cfg::block_m() - 1) / Cfg::block_m();
+    *m_begin = AttentionMask<K == MaskKind::kCausal>{args.seq_q, args.seq_k}.query_block_begin(n0, Cfg::block_m());
+  }
 }
 
 // The sectioned longest-first order: tile id -> key block and (batch, kv head) pair.
@@ -42,7 +64,7 @@ __device__ __forceinline__ void bwd_lpt_coords(const BwdArgs& args, int id, int*
   *n_block = rem / width;
 }
 
-template <bool Causal>
+template <MaskKind K>
 struct BwdGridScheduler {
   // The CTA's (key block, kv head, batch).
   __device__ static __forceinline__ void tile(const BwdArgs& args, int* n_block, int* kv_head, int* batch) {
@@ -56,10 +78,13 @@ struct BwdGridScheduler {
       *batch = hb / args.heads_kv;
       *kv_head = hb - *batch * args.heads_kv;
     }
-    // Deterministic causal: key blocks last-first (the launch keeps grid x = key block), so that
-    // every CTA one waits on (those before it in a query block's order, bwd_dq_rank) was
-    // dispatched earlier.
-    if (Causal && args.deterministic) *n_block = int(gridDim.x) - 1 - int(blockIdx.x);
+    // Variant problems whose band makes the last key blocks the longest run them first (the
+    // host sets reverse_blocks only outside deterministic mode).
+    if (K == MaskKind::kVariant && args.reverse_blocks) *n_block = args.n_blocks - 1 - *n_block;
+    // Deterministic causal / variant: key blocks last-first (the launch keeps grid x = key
+    // block), so that every CTA one waits on (those before it in a query block's order,
+    // bwd_dq_rank) was dispatched earlier.
+    if (K != MaskKind::kDense && args.deterministic) *n_block = int(gridDim.x) - 1 - int(blockIdx.x);
   }
 };
 

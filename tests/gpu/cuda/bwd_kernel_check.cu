@@ -17,6 +17,13 @@
 // "hd256 (64x80)"; default all), --hd D (repeatable), --lpt 0|1, --max-ctas N, --modes 0,1
 // (0 default, 1 deterministic), --no-check, --bench, --quick-bench, --deterministic-bench,
 // --seqs 2048,16384.
+// Attention variants (issue 20): after the dense / causal shapes the check runs a suite of variant
+// cases (window bands, negative ring bounds, padding lengths with out-of-range values, sorted and
+// unsorted segment ids, soft cap, sinks in the forward's lse, and all of them combined with GQA);
+// --no-variants skips it, --variants-only runs it alone. --window L,R (a bound >= 1073741824 is
+// unbounded), --lengths, --segments sorted|unsorted, --softcap C and --sinks apply one variant to
+// the dense / causal shape list instead. The persistent configuration runs dense and causal only,
+// so variant cases skip it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -72,20 +79,119 @@ static std::string launch_target(const Target& t, const BwdProblem& p, const Bwd
   s.max_ctas = g_max_ctas;
   return t.launch(p, ws, 0, s);
 }
-static bool target_runs(const Target& t, int d, bool det) {
-  return (t.head_dim == 0 || t.head_dim == d) && !(det && t.persistent);
+static bool target_runs(const Target& t, int d, bool det, bool variant = false) {
+  return (t.head_dim == 0 || t.head_dim == d) && !(det && t.persistent) && !(variant && t.persistent);
 }
+
+constexpr int kUnb = fa4::hopper::kWindowUnbounded;
+
+// The variant of a case (issue 20): defaults are plain dense / causal attention.
+struct Variant {
+  int left = kUnb, right = kUnb;  // window band around the diagonal (may be negative)
+  bool lengths = false;           // random q / kv lengths per batch entry (some out of [0, seq])
+  int segments = 0;               // 0 none, 1 sorted (packed documents), 2 unsorted ids
+  float softcap = 0.f;
+  bool sinks = false;             // a sink logit per q head in the forward's lse
+  bool any() const { return left < kUnb || right < kUnb || lengths || segments || softcap > 0 || sinks; }
+};
 
 struct Case {
   int b, sq, sk, hq, hkv, d;
   bool bf16, causal, with_dlse;
+  Variant v = {};
 };
 
 static std::string describe(const Case& c) {
-  char buf[220];
-  std::snprintf(buf, sizeof buf, "b=%d sq=%d sk=%d hq=%d hkv=%d d=%d %s %s%s", c.b, c.sq, c.sk, c.hq, c.hkv, c.d,
-                c.bf16 ? "bf16" : "fp16", c.causal ? "causal" : "full", c.with_dlse ? " +dlse" : "");
+  char buf[320];
+  std::string var;
+  auto bound = [](int x) { return x >= kUnb ? std::string("inf") : std::to_string(x); };
+  if (c.v.left < kUnb || c.v.right < kUnb) var += " win(" + bound(c.v.left) + "," + bound(c.v.right) + ")";
+  if (c.v.lengths) var += " lens";
+  if (c.v.segments) var += c.v.segments == 1 ? " seg-sorted" : " seg-unsorted";
+  if (c.v.softcap > 0) var += " cap" + std::to_string(int(c.v.softcap));
+  if (c.v.sinks) var += " sinks";
+  std::snprintf(buf, sizeof buf, "b=%d sq=%d sk=%d hq=%d hkv=%d d=%d %s %s%s%s", c.b, c.sq, c.sk, c.hq, c.hkv, c.d,
+                c.bf16 ? "bf16" : "fp16", c.causal ? "causal" : "full", c.with_dlse ? " +dlse" : "", var.c_str());
   return buf;
+}
+
+// The variant's per-batch inputs as the kernels get them (host copies).
+struct VariantInputs {
+  std::vector<int32_t> q_len, kv_len;      // raw (unclamped) lengths, [b]
+  std::vector<int32_t> q_ids, kv_ids;      // [b, sq], [b, sk]
+  std::vector<int32_t> q_rng, kv_rng;      // [b, ceil(s / 64), 2]
+  std::vector<float> sinks;                // [hq]
+};
+
+static std::vector<int32_t> chunk_ranges(const std::vector<int32_t>& ids, int b, int s) {
+  const int chunks = (s + 63) / 64;
+  std::vector<int32_t> r(size_t(b) * chunks * 2);
+  for (int bb = 0; bb < b; ++bb)
+    for (int c = 0; c < chunks; ++c) {
+      int mn = INT32_MAX, mx = INT32_MIN;
+      for (int i = 64 * c; i < std::min(s, 64 * c + 64); ++i) {
+        mn = std::min(mn, ids[size_t(bb) * s + i]);
+        mx = std::max(mx, ids[size_t(bb) * s + i]);
+      }
+      r[(size_t(bb) * chunks + c) * 2] = mn;
+      r[(size_t(bb) * chunks + c) * 2 + 1] = mx;
+    }
+  return r;
+}
+
+static VariantInputs make_variant_inputs(const Case& c, std::mt19937_64& rng) {
+  VariantInputs in;
+  if (c.v.lengths) {
+    // Mostly inside [0, seq], with the ends and out-of-range values (clamped by the kernels).
+    auto len = [&](int s) {
+      const int r = int(rng() % 10);
+      if (r == 0) return 0;
+      if (r == 1) return s;
+      if (r == 2) return s + 7;
+      if (r == 3) return -3;
+      return int(rng() % (s + 1));
+    };
+    for (int bb = 0; bb < c.b; ++bb) {
+      in.q_len.push_back(len(c.sq));
+      in.kv_len.push_back(len(c.sk));
+    }
+  }
+  if (c.v.segments) {
+    auto ids = [&](int s, std::vector<int32_t>& out, uint64_t seed) {
+      std::mt19937_64 r2(seed);
+      for (int bb = 0; bb < c.b; ++bb) {
+        if (c.v.segments == 1) {
+          // Packed documents: ids non-decreasing, documents of 1 .. s / 3 positions, placed by
+          // fraction of the sequence so that q and kv documents line up when seq_q != seq_k.
+          int id = 0;
+          double next = 0;
+          for (int i = 0; i < s; ++i) {
+            while (double(i) / std::max(s, 1) >= next) {
+              ++id;
+              next += double(1 + r2() % std::max(1, s / 3)) / std::max(s, 1);
+            }
+            out.push_back(id);
+          }
+        } else {
+          for (int i = 0; i < s; ++i) out.push_back(int(r2() % 3));
+        }
+      }
+    };
+    const uint64_t seed = rng();
+    ids(c.sq, in.q_ids, seed);
+    if (c.sq == c.sk && c.v.segments == 1) {
+      in.kv_ids = in.q_ids;
+    } else {
+      ids(c.sk, in.kv_ids, c.v.segments == 1 ? seed : rng());
+    }
+    in.q_rng = chunk_ranges(in.q_ids, c.b, c.sq);
+    in.kv_rng = chunk_ranges(in.kv_ids, c.b, c.sk);
+  }
+  if (c.v.sinks) {
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (int h = 0; h < c.hq; ++h) in.sinks.push_back(nd(rng));
+  }
+  return in;
 }
 
 // Float64 forward and backward of one problem. Inputs are the rounded 16-bit values (as floats).
@@ -95,7 +201,7 @@ struct Reference {
 
 static Reference reference(const Case& c, const std::vector<float>& q, const std::vector<float>& k,
                            const std::vector<float>& v, const std::vector<float>& dout,
-                           const std::vector<float>& dlse, double scale) {
+                           const std::vector<float>& dlse, double scale, const VariantInputs& vin) {
   const int group = c.hq / c.hkv;
   const size_t nq = size_t(c.b) * c.sq * c.hq * c.d, nk = size_t(c.b) * c.sk * c.hkv * c.d;
   Reference r;
@@ -108,37 +214,59 @@ static Reference reference(const Case& c, const std::vector<float>& q, const std
   std::vector<double> dk_h(size_t(c.b) * c.hq * c.sk * c.d, 0.0), dv_h(dk_h.size(), 0.0);
   auto qi = [&](int bb, int i, int h) { return ((size_t(bb) * c.sq + i) * c.hq + h) * c.d; };
   auto ki = [&](int bb, int j, int h) { return ((size_t(bb) * c.sk + j) * c.hkv + h) * c.d; };
+  const double cap = c.v.softcap;
 #pragma omp parallel for schedule(dynamic)
   for (int bh = 0; bh < c.b * c.hq; ++bh) {
     const int bb = bh / c.hq, h = bh % c.hq, kvh = h / group;
     double* dkh = dk_h.data() + size_t(bh) * c.sk * c.d;
     double* dvh = dv_h.data() + size_t(bh) * c.sk * c.d;
-    std::vector<double> p(std::max(c.sk, 1)), dp(std::max(c.sk, 1));
-    for (int i = 0; i < c.sq; ++i) {
-      const int limit = c.causal ? std::min(c.sk, std::max(0, i + c.sk - c.sq + 1)) : c.sk;
-      if (limit == 0) continue;  // sees no key: o = 0, lse = -inf, no gradient
-      double m = -INFINITY;
-      for (int j = 0; j < limit; ++j) {
+    // The variant's visibility (variants-contract.md): lengths clamped, off = kv_len - q_len,
+    // causal folded into the right bound, segment ids equal.
+    const int q_len = vin.q_len.empty() ? c.sq : std::clamp(vin.q_len[bb], 0, c.sq);
+    const int kv_len = vin.kv_len.empty() ? c.sk : std::clamp(vin.kv_len[bb], 0, c.sk);
+    const int off = kv_len - q_len;
+    const int right = c.causal ? std::min(c.v.right, 0) : c.v.right;
+    std::vector<double> p(std::max(c.sk, 1)), dp(std::max(c.sk, 1)), g(std::max(c.sk, 1));
+    std::vector<int> keys;
+    for (int i = 0; i < q_len; ++i) {
+      keys.clear();
+      for (int j = 0; j < kv_len; ++j) {
+        if (c.v.left < kUnb && j < i + off - c.v.left) continue;
+        if (right < kUnb && j > i + off + right) continue;
+        if (!vin.q_ids.empty() && vin.q_ids[size_t(bb) * c.sq + i] != vin.kv_ids[size_t(bb) * c.sk + j]) continue;
+        keys.push_back(j);
+      }
+      const bool sink = !vin.sinks.empty();
+      if (keys.empty() && !sink) continue;  // sees no key: o = 0, lse = -inf, no gradient
+      double m = sink ? double(vin.sinks[h]) : -INFINITY;
+      for (int j : keys) {
         double acc = 0;
         for (int t = 0; t < c.d; ++t) acc += double(q[qi(bb, i, h) + t]) * double(k[ki(bb, j, kvh) + t]);
-        p[j] = acc * scale;
+        double sc = acc * scale;
+        g[j] = 1.0;
+        if (cap > 0) {
+          const double th = std::tanh(sc / cap);
+          sc = cap * th;
+          g[j] = 1.0 - th * th;
+        }
+        p[j] = sc;
         m = std::max(m, p[j]);
       }
-      double l = 0;
-      for (int j = 0; j < limit; ++j) l += (p[j] = std::exp(p[j] - m));
-      for (int j = 0; j < limit; ++j) p[j] /= l;
+      double l = sink ? std::exp(double(vin.sinks[h]) - m) : 0.0;
+      for (int j : keys) l += (p[j] = std::exp(p[j] - m));
+      for (int j : keys) p[j] /= l;
       double* o = r.o.data() + qi(bb, i, h);
-      for (int j = 0; j < limit; ++j)
+      for (int j : keys)
         for (int t = 0; t < c.d; ++t) o[t] += p[j] * double(v[ki(bb, j, kvh) + t]);
       const size_t li = (size_t(bb) * c.hq + h) * c.sq + i;
       r.lse[li] = m + std::log(l);
       double delta = 0;
       for (int t = 0; t < c.d; ++t) delta += double(dout[qi(bb, i, h) + t]) * o[t];
       double* dq = r.dq.data() + qi(bb, i, h);
-      for (int j = 0; j < limit; ++j) {
+      for (int j : keys) {
         double acc = 0;
         for (int t = 0; t < c.d; ++t) acc += double(dout[qi(bb, i, h) + t]) * double(v[ki(bb, j, kvh) + t]);
-        const double ds = p[j] * (acc - delta + double(dlse[li]));
+        const double ds = p[j] * (acc - delta + double(dlse[li])) * g[j];
         for (int t = 0; t < c.d; ++t) {
           dq[t] += scale * ds * double(k[ki(bb, j, kvh) + t]);
           dkh[size_t(j) * c.d + t] += scale * ds * double(q[qi(bb, i, h) + t]);
@@ -203,7 +331,8 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   if (c.with_dlse)
     for (auto& x : dlse) x = nd(rng);
   const double scale = 1.0 / std::sqrt(double(c.d));
-  Reference ref = reference(c, fq, fk, fv, fdo, dlse, scale);
+  const VariantInputs vin = make_variant_inputs(c, rng);
+  Reference ref = reference(c, fq, fk, fv, fdo, dlse, scale, vin);
   // The forward's outputs as the kernel would see them: o rounded to the input dtype, lse float.
   std::vector<uint16_t> ho(nq);
   for (size_t i = 0; i < nq; ++i) ho[i] = to_bits(float(ref.o[i]), c.bf16);
@@ -236,6 +365,24 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
 
   BwdProblem p{{c.b, c.sq, c.sk, c.hq, c.hkv, c.d, c.bf16 ? Dtype::kBf16 : Dtype::kF16, float(scale), c.causal},
                dq_in, dk_in, dv_in, o_in, lse_in, do_in, dlse_in, dq, dk, dv, false};
+  // The variant's device arrays (sinks need none: the lse above already holds them).
+  std::vector<void*> var_bufs;
+  auto dev_ints = [&](const std::vector<int32_t>& h) -> const int32_t* {
+    if (h.empty()) return nullptr;
+    void* ptr = dev(h.size() * 4);
+    h2d(ptr, h.data(), h.size() * 4);
+    var_bufs.push_back(ptr);
+    return static_cast<const int32_t*>(ptr);
+  };
+  p.variant.window_left = c.v.left;
+  p.variant.window_right = c.v.right;
+  p.variant.softcap = c.v.softcap;
+  p.variant.q_lengths = dev_ints(vin.q_len);
+  p.variant.kv_lengths = dev_ints(vin.kv_len);
+  p.variant.q_segment_ids = dev_ints(vin.q_ids);
+  p.variant.kv_segment_ids = dev_ints(vin.kv_ids);
+  p.variant.q_segment_ranges = dev_ints(vin.q_rng);
+  p.variant.kv_segment_ranges = dev_ints(vin.kv_rng);
   const size_t ws_bytes = fa4::hopper::bwd_workspace_bytes(p);
   void* ws_mem = dev(ws_bytes);
   const BwdWorkspace ws = fa4::hopper::bwd_workspace_from(ws_mem, p);
@@ -243,7 +390,7 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   int failures = 0;
   for (const Target* t : targets) {
     for (int det = 0; det < 2; ++det) {
-      if (!g_modes[det] || !target_runs(*t, c.d, det != 0)) continue;
+      if (!g_modes[det] || !target_runs(*t, c.d, det != 0, c.v.any())) continue;
       p.deterministic = det != 0;
       ++*runs;
       const char* mode = det ? " det" : "    ";
@@ -299,7 +446,7 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
           eq.nonfinite + ek.nonfinite + ev.nonfinite == 0 && ratio <= 1.0 && kv_same && (q_same || !det);
       *worst_ratio = std::max(*worst_ratio, ratio);
       failures += !pass;
-      std::printf("%s %-16s %-62s%s rel err dq %.2e dk %.2e dv %.2e (tol %.0e) nonfinite %zu/%zu/%zu  dk,dv %s  dq %s\n",
+      std::printf("%s %-16s %-90s%s rel err dq %.2e dk %.2e dv %.2e (tol %.0e) nonfinite %zu/%zu/%zu  dk,dv %s  dq %s\n",
                   pass ? "ok  " : "FAIL", t->name, describe(c).c_str(), mode,
                   eq.max_ref > 0 ? eq.max_err / eq.max_ref : eq.max_err,
                   ek.max_ref > 0 ? ek.max_err / ek.max_ref : ek.max_err,
@@ -311,6 +458,7 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   for (void* ptr : {dq_in, dk_in, dv_in, do_in, o_in, static_cast<void*>(lse_in), static_cast<void*>(dlse_in), dq,
                     dk, dv, ws_mem})
     cudaFree(ptr);
+  for (void* ptr : var_bufs) cudaFree(ptr);
   return failures;
 }
 
@@ -389,8 +537,58 @@ static std::vector<int> int_list(const char* t) {
   return out;
 }
 
+// The variant suite: small shapes, each variant alone and combined (GQA, seq_q != seq_k, ragged
+// blocks, several batch entries for the lengths and ids).
+static std::vector<Case> variant_cases() {
+  std::vector<Case> out;
+  auto add = [&](int b, int sq, int sk, int hq, int hkv, bool causal, Variant v) {
+    Case c{b, sq, sk, hq, hkv, 0, true, causal, false};
+    c.v = v;
+    out.push_back(c);
+  };
+  Variant w;
+  w.left = 100, w.right = 0;
+  add(2, 300, 300, 2, 1, false, w);  // a causal window without `causal`
+  w.left = 64, w.right = 40;
+  add(1, 200, 500, 4, 2, false, w);  // two-sided, seq_q < seq_k
+  w.left = 0, w.right = 0;
+  add(1, 257, 257, 2, 2, false, w);  // the diagonal alone
+  w.left = 200, w.right = kUnb;
+  add(1, 600, 400, 2, 1, true, w);   // causal folded into a left window, seq_q > seq_k
+  w.left = -30, w.right = 150;
+  add(1, 300, 300, 2, 1, false, w);  // ring bounds: a band off the diagonal
+  w.left = 128, w.right = 0;
+  add(1, 2048, 2048, 2, 1, false, w);  // long sequence: most key x query blocks skipped
+  Variant l;
+  l.lengths = true;
+  add(3, 300, 280, 2, 1, false, l);
+  add(3, 333, 333, 4, 1, true, l);
+  Variant sg;
+  sg.segments = 1;
+  add(2, 500, 500, 2, 1, true, sg);   // packed documents, causal inside each
+  add(2, 700, 700, 2, 2, false, sg);
+  add(1, 300, 450, 2, 1, false, sg);  // seq_q != seq_k, ids lined up by position fraction
+  sg.segments = 2;
+  add(1, 200, 200, 2, 1, false, sg);  // unsorted ids: exact, little skipping
+  Variant cap;
+  cap.softcap = 5.f;
+  add(1, 300, 300, 2, 1, true, cap);
+  add(2, 129, 257, 4, 4, false, cap);
+  Variant sink;
+  sink.sinks = true;
+  add(1, 200, 200, 2, 1, true, sink);
+  Variant all;
+  all.left = 96, all.right = 16, all.lengths = true, all.segments = 1, all.softcap = 8.f, all.sinks = true;
+  add(3, 400, 400, 4, 2, true, all);
+  all.segments = 2;
+  add(2, 300, 350, 4, 1, false, all);
+  return out;
+}
+
 int main(int argc, char** argv) {
   bool do_bench = false, do_check = true, det_bench = false, quick = false;
+  bool variants = true, variants_only = false, shapes_variant = false;
+  Variant given;
   std::vector<int> seqs = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> only_d;
   std::vector<const Target*> targets;
@@ -405,6 +603,32 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--max-ctas") && i + 1 < argc) g_max_ctas = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--lpt") && i + 1 < argc) g_lpt = std::atoi(argv[++i]) != 0 ? 1 : 0;
     else if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = int_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--no-variants")) variants = false;
+    else if (!std::strcmp(argv[i], "--variants-only")) variants_only = true;
+    else if (!std::strcmp(argv[i], "--window") && i + 1 < argc) {
+      const std::vector<int> w = int_list(argv[++i]);
+      if (w.size() != 2) {
+        std::printf("--window takes L,R\n");
+        return 2;
+      }
+      given.left = std::min(w[0], kUnb), given.right = std::min(w[1], kUnb);
+      shapes_variant = true;
+    } else if (!std::strcmp(argv[i], "--lengths")) {
+      given.lengths = shapes_variant = true;
+    } else if (!std::strcmp(argv[i], "--segments") && i + 1 < argc) {
+      ++i;
+      given.segments = !std::strcmp(argv[i], "sorted") ? 1 : !std::strcmp(argv[i], "unsorted") ? 2 : -1;
+      if (given.segments < 0) {
+        std::printf("--segments takes sorted or unsorted\n");
+        return 2;
+      }
+      shapes_variant = true;
+    } else if (!std::strcmp(argv[i], "--softcap") && i + 1 < argc) {
+      given.softcap = float(std::atof(argv[++i]));
+      shapes_variant = true;
+    } else if (!std::strcmp(argv[i], "--sinks")) {
+      given.sinks = shapes_variant = true;
+    }
     else if (!std::strcmp(argv[i], "--modes") && i + 1 < argc) {
       g_modes[0] = g_modes[1] = false;
       for (int m : int_list(argv[++i]))
@@ -448,18 +672,36 @@ int main(int argc, char** argv) {
         {1, 5, 0, 2, 1},      {1, 0, 5, 2, 1},       {1, 129, 257, 2, 2},
     };
     uint64_t seed = 1;
-    for (int d : dims)
-      for (int bf16 = 1; bf16 >= (quick ? 1 : 0); --bf16)
-        for (int causal = 0; causal < 2; ++causal)
-          for (Case c : shapes) {
-            // --quick: a ragged GQA shape and a multi-block one (seq_q != seq_k).
-            if (quick && !((c.sq == 17 && c.sk == 17) || (c.sq == 129 && c.sk == 257))) continue;
+    if (!variants_only) {
+      for (int d : dims)
+        for (int bf16 = 1; bf16 >= (quick ? 1 : 0); --bf16)
+          for (int causal = 0; causal < 2; ++causal)
+            for (Case c : shapes) {
+              // --quick: a ragged GQA shape and a multi-block one (seq_q != seq_k).
+              if (quick && !((c.sq == 17 && c.sk == 17) || (c.sq == 129 && c.sk == 257))) continue;
+              c.d = d;
+              c.bf16 = bf16;
+              c.causal = causal;
+              c.with_dlse = (seed % 2) == 0;
+              c.v = given;  // --window / --lengths / --segments / --softcap / --sinks
+              failures += run_case(c, seed++, &worst, targets, &total);
+            }
+    }
+    // The variant suite (bf16 and, outside --quick, fp16 on every other case).
+    if ((variants || variants_only) && !shapes_variant) {
+      const std::vector<Case> vcases = variant_cases();
+      for (int d : dims)
+        for (size_t n = 0; n < vcases.size(); ++n) {
+          if (quick && n % 4 != 0) continue;
+          for (int bf16 = 1; bf16 >= ((quick || n % 2) ? 1 : 0); --bf16) {
+            Case c = vcases[n];
             c.d = d;
             c.bf16 = bf16;
-            c.causal = causal;
             c.with_dlse = (seed % 2) == 0;
             failures += run_case(c, seed++, &worst, targets, &total);
           }
+        }
+    }
     std::printf("\n%d/%d runs passed (case x configuration x mode; det = deterministic mode); worst max-error / "
                 "tolerance = %.3f\n",
                 total - failures, total, worst);

@@ -1,0 +1,135 @@
+// The backward's per-tile view of a variant mask (kVariant kernels): which of a key block's steps
+// need the per-element mask, decided each step from three registers instead of the whole
+// TileMask (the consumers run at the edge of their register budget; the element tests of a masked
+// step rebuild the TileMask from the kernel arguments).
+#pragma once
+#include <climits>
+#include <cstdint>
+
+#include "hopper/bwd/args.cuh"
+#include "hopper/common/mask.cuh"
+#include "hopper/common/pipeline.cuh"
+
+namespace fa4::hopper {
+
+// Key block [c0, c1) of one batch entry. A query block of rows [m0, r1) (r1 = min(m0 + block_m,
+// seq_q)) sees every key of the block by band and lengths iff m0 >= full_lo and r1 <= full_hi
+// (TileMask::needs_mask's band and length tests solved for the rows: the band's row bounds are
+// monotone in the key); with segment ids, also iff every 64-row chunk of the rows holds the one id
+// `seg_id` that every key chunk of the block holds (a block whose keys hold several ids always
+// needs the mask: full_lo = INT_MAX).
+struct BwdVariantTile {
+  int full_lo, full_hi;
+  int seg_id;
+  bool seg;
+
+  BwdVariantTile() = default;
+  __device__ __forceinline__ BwdVariantTile(const TileMask<MaskKind::kVariant>& mask, int c0, int c1) {
+    full_lo = c1 <= mask.kv_len ? mask.row_lo(c1 - 1) : INT_MAX;
+    full_hi = mask.row_hi(c0);
+    seg = mask.q_ids != nullptr;
+    seg_id = 0;
+    if (seg && full_lo != INT_MAX) {
+      seg_id = mask.kv_ranges[2 * (c0 / kSegmentChunk)];
+      for (int c = c0 / kSegmentChunk; c <= (c1 - 1) / kSegmentChunk; ++c)
+        if (mask.kv_ranges[2 * c] != seg_id || mask.kv_ranges[2 * c + 1] != seg_id) full_lo = INT_MAX;
+    }
+  }
+
+  // Whether rows [m0, min(m0 + block_m, seq_q)) need the per-element mask; q_ranges: this batch
+  // entry's [ceil(seq_q / 64), 2] chunk ranges (read only with segment ids).
+  template <int BlockM>
+  __device__ __forceinline__ bool needs_mask(int m0, int seq_q, const int32_t* q_ranges) const {
+    const int r1 = min(m0 + BlockM, seq_q);
+    if (m0 < full_lo || r1 > full_hi) return true;
+    if (seg) {
+      for (int c = m0 / kSegmentChunk; c <= (r1 - 1) / kSegmentChunk; ++c)
+        if (q_ranges[2 * c] != seg_id || q_ranges[2 * c + 1] != seg_id) return true;
+    }
+    return false;
+  }
+};
+
+// What the consumers need of the variant's mask, one copy per consumer warp in shared memory
+// (Cfg::variant_offset), written by the warp's lane 0 at the tile's start: reading it back each
+// step (volatile loads, never hoisted into registers) keeps the consumers' register budget for
+// dK, dV and the scores. The element test rebuilds a TileMask from it (variant_mask).
+struct BwdVariantFacts {
+  int q_len, kv_len, off;
+  int full_lo, full_hi, seg_id, seg, pad;
+  const int32_t* q_ids;
+  const int32_t* kv_ids;
+  const int32_t* q_ranges;
+};
+static_assert(sizeof(BwdVariantFacts) <= 64, "one 64-byte slot per consumer warp (config.cuh)");
+
+// The warp's slot, its address recomputed from %tid.x (read by a volatile asm, so not hoisted out
+// of the main loop) and the dynamic shared base: no register stays live across the loop for it
+// (as stage_dq_tile's).
+template <class Cfg>
+__device__ __forceinline__ volatile BwdVariantFacts* bwd_variant_slot(uint8_t*) {
+  extern __shared__ uint8_t smem_raw[];
+  uint32_t tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  return reinterpret_cast<volatile BwdVariantFacts*>(smem + Cfg::variant_offset()) + (tid / 32 - 4);
+}
+
+// Lane 0 of each consumer warp writes its warp's copy for key block [c0, c1); the warp syncs.
+template <class Cfg>
+__device__ __forceinline__ void bwd_write_variant_facts(uint8_t* smem, const TileMask<MaskKind::kVariant>& mask,
+                                                        int c0, int c1, const int32_t* q_ranges) {
+  if (threadIdx.x % 32 == 0) {
+    const BwdVariantTile vt(mask, c0, c1);
+    volatile BwdVariantFacts* f = bwd_variant_slot<Cfg>(smem);
+    f->q_len = mask.q_len;
+    f->kv_len = mask.kv_len;
+    f->off = mask.off;
+    f->full_lo = vt.full_lo;
+    f->full_hi = vt.full_hi;
+    f->seg_id = vt.seg_id;
+    f->seg = vt.seg ? 1 : 0;
+    f->q_ids = mask.q_ids;
+    f->kv_ids = mask.kv_ids;
+    f->q_ranges = q_ranges;
+  }
+  __syncwarp();
+}
+
+// Whether rows [m0, min(m0 + BlockM, seq_q)) need the element mask (BwdVariantTile::needs_mask
+// from the warp's copy).
+template <class Cfg>
+__device__ __forceinline__ bool bwd_variant_needs_mask(uint8_t* smem, int m0, int seq_q) {
+  const volatile BwdVariantFacts* f = bwd_variant_slot<Cfg>(smem);
+  const int r1 = min(m0 + Cfg::block_m(), seq_q);
+  if (m0 < f->full_lo || r1 > f->full_hi) return true;
+  if (f->seg) {
+    const int32_t* q_ranges = f->q_ranges;
+    const int id = f->seg_id;
+    for (int c = m0 / kSegmentChunk; c <= (r1 - 1) / kSegmentChunk; ++c)
+      if (q_ranges[2 * c] != id || q_ranges[2 * c + 1] != id) return true;
+  }
+  return false;
+}
+
+// The batch entry's band-and-lengths mask with its segment ids, from the warp's copy.
+template <class Cfg>
+__device__ __forceinline__ TileMask<MaskKind::kVariant> bwd_variant_mask(uint8_t* smem, const BwdArgs& args) {
+  const volatile BwdVariantFacts* f = bwd_variant_slot<Cfg>(smem);
+  TileMask<MaskKind::kVariant> m(args.seq_q, args.seq_k);
+  m.q_len = f->q_len;
+  m.kv_len = f->kv_len;
+  m.off = f->off;
+  m.left = args.mask.window_left;
+  m.right = args.mask.window_right;
+  m.q_ids = f->q_ids;
+  m.kv_ids = f->kv_ids;
+  return m;
+}
+
+// This batch entry's query chunk ranges (valid with segment ids).
+__device__ __forceinline__ const int32_t* bwd_q_ranges(const BwdArgs& args, int batch) {
+  return args.mask.q_ranges + int64_t(batch) * 2 * ((args.seq_q + kSegmentChunk - 1) / kSegmentChunk);
+}
+
+}  // namespace fa4::hopper
