@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 
+#include "hopper/common/problem.h"
+
 namespace fa4::hopper {
 
 // How a configuration deals its query tiles to CTAs (fwd/scheduler.cuh).
@@ -78,46 +80,62 @@ struct FwdTile {
   static_assert(!TrimFirst || !persistent(), "the first-block trim is a configuration of the one-tile kernel");
 };
 
-// The library's configurations, one template per name, each instantiated for both masks (the
-// causal instantiation may take another tile: causal tiles are shorter on average).
+// The library's configurations, one template per name, each instantiated per mask kind
+// (common/problem.h: kDense, kCausal, kVariant). The masked kinds may take another tile than the
+// dense one: their tiles are shorter on average and have partial blocks at both ends of the band,
+// so kVariant takes the causal geometry (no first-block trim: its partial blocks are not the
+// sequence's tail).
 //
 // "hd64": exp-bound (MUFU takes as long as the MMAs), so a third consumer warpgroup (192-row
 // tiles) gives the tensor cores another warpgroup's MMAs while two do their softmax. O is only 32
 // registers per thread, so 160 per consumer is enough.
-template <bool Causal>
-struct FwdHd64 : FwdTile<64, 3, 128, 1, 32, 160, FwdSchedule::kSingleTile> {
+//
+// Under kVariant the mask state (the rows' bands and ids, the tile's unmasked key range) does not
+// fit beside S, P and O in 160 registers (ptxas spilled in the main loop), so the variant kernels
+// run two consumer warpgroups (128-row tiles) with 240 registers each.
+template <MaskKind M>
+struct FwdHd64 : FwdTile<64, M == MaskKind::kVariant ? 2 : 3, 128, 1, M == MaskKind::kVariant ? 24 : 32,
+                         M == MaskKind::kVariant ? 240 : 160, FwdSchedule::kSingleTile> {
   static constexpr const char* name() { return "hd64"; }
 };
 
 // "hd64 persistent": the same tile, one CTA per SM (on short sequences the per-tile overhead is
 // what the next tile's overlapped loads hide); under the causal mask each warpgroup skips the
 // diagonal's blocks its own rows cannot see.
-template <bool Causal>
-struct FwdHd64Persistent : FwdTile<64, 3, 128, 1, 32, 160, FwdSchedule::kPersistent, /*WgSkip=*/Causal> {
+// kVariant: two consumer warpgroups, as FwdHd64; the producer warp walks the tiles for the
+// segment narrowing, which needs more than 24 registers (40 / 232, as the persistent backward).
+template <MaskKind M>
+struct FwdHd64Persistent
+    : FwdTile<64, M == MaskKind::kVariant ? 2 : 3, 128, 1, M == MaskKind::kVariant ? 40 : 32,
+              M == MaskKind::kVariant ? 232 : 160, FwdSchedule::kPersistent, /*WgSkip=*/M != MaskKind::kDense> {
   static constexpr const char* name() { return "hd64 persistent"; }
 };
 
 // "hd128": a long 176-key tile without the mask, the first (tail) block trimmed to the columns
 // its rows see; 128 x 128 under the causal mask (the trim's width switch cost the causal main loop
 // more than it saved).
-template <bool Causal>
-struct FwdHd128 : FwdTile<128, 2, Causal ? 128 : 176, 2, 24, 240, FwdSchedule::kSingleTile, false,
-                          /*TrimFirst=*/!Causal> {
+template <MaskKind M>
+struct FwdHd128 : FwdTile<128, 2, M != MaskKind::kDense ? 128 : 176, 2, 24, 240, FwdSchedule::kSingleTile, false,
+                          /*TrimFirst=*/M == MaskKind::kDense> {
   static constexpr const char* name() { return "hd128"; }
 };
 
 // "hd128 persistent": 128 x 128, one CTA per SM, O staged in its own buffer (both masks).
-template <bool Causal>
-struct FwdHd128Persistent : FwdTile<128, 2, 128, 2, 24, 240, FwdSchedule::kPersistent> {
+// kVariant: the producer warp walks the tiles for the segment narrowing, which needs more than 24
+// registers (at 24 it spilled 96 bytes): 40 / 232, as the persistent backward.
+template <MaskKind M>
+struct FwdHd128Persistent : FwdTile<128, 2, 128, 2, M == MaskKind::kVariant ? 40 : 24,
+                                    M == MaskKind::kVariant ? 232 : 240, FwdSchedule::kPersistent> {
   static constexpr const char* name() { return "hd128 persistent"; }
 };
 
 // "hd256": O alone takes 128 registers per thread, so the key tile is short (80). Without the mask
 // the first block is trimmed; under it the tiles go longest first in L2-sized sections (one
 // pair's tiles after another's left long tiles for the last wave).
-template <bool Causal>
-struct FwdHd256 : FwdTile<256, 2, 80, 2, 24, 240, Causal ? FwdSchedule::kLongestFirst : FwdSchedule::kSingleTile,
-                          false, /*TrimFirst=*/!Causal> {
+template <MaskKind M>
+struct FwdHd256 : FwdTile<256, 2, 80, 2, 24, 240,
+                          M != MaskKind::kDense ? FwdSchedule::kLongestFirst : FwdSchedule::kSingleTile, false,
+                          /*TrimFirst=*/M == MaskKind::kDense> {
   static constexpr const char* name() { return "hd256"; }
 };
 

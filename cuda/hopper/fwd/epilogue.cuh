@@ -15,7 +15,9 @@ namespace fa4::hopper {
 // Epilogue: this thread's normalised O (o * o_scale per row) into rows [tile_row0, +8) of a Q-shaped
 // shared tile (64-column chunks of chunk_bytes_q, 128-byte rows, 128B swizzle: the 16-byte unit
 // index within a row XORed with row % 8), the layout the TMA store of O reads.
-template <class T, class Cfg>
+// ZeroEmpty: a row whose o_scale is 0 (no visible key, or padding) is written as 0 by selection,
+// whatever its accumulator holds (P = 0 times a non-finite V of an invisible key).
+template <class T, class Cfg, bool ZeroEmpty = false>
 __device__ __forceinline__ void stage_o_tile(uint8_t* tile, const float (&o)[Cfg::head_dim() / 2],
                                              const float (&o_scale)[2], int tile_row0, int lane) {
 #pragma unroll
@@ -27,7 +29,9 @@ __device__ __forceinline__ void stage_o_tile(uint8_t* tile, const float (&o)[Cfg
     for (int i = 0; i < 2; ++i) {
       const int r = tile_row0 + 8 * i;
       const uint32_t off = chunk * Cfg::chunk_bytes_q() + r * 128 + (((cc / 8) ^ (r % 8)) * 16) + (cc % 8) * 2;
-      *reinterpret_cast<uint32_t*>(tile + off) = pack2<T>(o[4 * j + 2 * i] * o_scale[i], o[4 * j + 2 * i + 1] * o_scale[i]);
+      float lo = o[4 * j + 2 * i] * o_scale[i], hi = o[4 * j + 2 * i + 1] * o_scale[i];
+      if (ZeroEmpty && o_scale[i] == 0.f) lo = hi = 0.f;
+      *reinterpret_cast<uint32_t*>(tile + off) = pack2<T>(lo, hi);
     }
   }
 }
@@ -35,11 +39,11 @@ __device__ __forceinline__ void stage_o_tile(uint8_t* tile, const float (&o)[Cfg
 // Consumer warpgroup c's rows of O into sO (its rows of a Q-shaped tile) and out by TMA. The
 // caller makes sure nothing still reads those rows of sO (the one-tile kernel: its last wgmma
 // retired; the persistent kernel: the previous tile's store has read them).
-template <class T, class Cfg>
+template <class T, class Cfg, bool ZeroEmpty = false>
 __device__ __forceinline__ void store_o(uint8_t* sO, const CUtensorMap* tm_o, const float (&o)[Cfg::head_dim() / 2],
                                         const float (&o_scale)[2], int c, int row_in_wg, int lane, bool elected,
                                         int m0, int head, int batch, int seq_q) {
-  stage_o_tile<T, Cfg>(sO, o, o_scale, c * 64 + row_in_wg, lane);
+  stage_o_tile<T, Cfg, ZeroEmpty>(sO, o, o_scale, c * 64 + row_in_wg, lane);
   fence_proxy_async_smem();
   named_barrier_sync(kBarEpilogue + c, 128);
   if (elected && m0 + c * 64 < seq_q) {

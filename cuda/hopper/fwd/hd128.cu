@@ -1,5 +1,5 @@
-// The library's forward configurations for head dim 128 (bf16 and fp16, both masks) and the
-// heuristic between them.
+// The library's forward configurations for head dim 128 (bf16 and fp16; dense, causal, variant and
+// soft-capped variant kernels) and the heuristic between them.
 #include "hopper/fwd/heuristics.h"
 #include "hopper/fwd/launch.cuh"
 
@@ -8,7 +8,8 @@ template std::string launch_fwd_config<FwdHd128>(const FwdProblem&, cudaStream_t
 template std::string launch_fwd_config<FwdHd128Persistent>(const FwdProblem&, cudaStream_t, const FwdScheduleParams&);
 
 std::string launch_fwd_hd128(const FwdProblem& p, cudaStream_t stream) {
-  if (p.seq_k <= fwd_persistent_max_seq_k(128, p.causal)) return launch_fwd_config<FwdHd128Persistent>(p, stream);
+  if (fwd_use_persistent(p, fwd_kernel_kind(p) == MaskKind::kVariant))
+    return launch_fwd_config<FwdHd128Persistent>(p, stream);
   return launch_fwd_config<FwdHd128>(p, stream);
 }
 }  // namespace fa4::hopper

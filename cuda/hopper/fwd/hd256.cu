@@ -1,4 +1,5 @@
-// The library's forward configuration for head dim 256 (bf16 and fp16, both masks).
+// The library's forward configuration for head dim 256 (bf16 and fp16; dense, causal, variant and
+// soft-capped variant kernels).
 #include "hopper/fwd/heuristics.h"
 #include "hopper/fwd/launch.cuh"
 

@@ -42,10 +42,11 @@ inline int64_t fwd_lpt_section(const FwdProblem& p) {
 // fwd_persistent_section, remembered per shape: scoring costs up to tens of ms of host time, and a
 // training step calls the same shapes again and again.
 inline int64_t cached_persistent_section(const FwdPersistentShape& s) {
-  using Key = std::array<int64_t, 7>;
+  using Key = std::array<int64_t, 10>;
   static std::mutex mutex;
   static std::map<Key, int64_t> cache;
-  const Key key{s.seq_q, s.seq_k, s.pairs, s.kv_bytes_per_pair, s.block_m, s.block_n, s.ctas};
+  const Key key{s.seq_q, s.seq_k, s.pairs, s.kv_bytes_per_pair, s.block_m, s.block_n, s.ctas,
+                s.window_left, s.window_right, s.m_ascending};
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
@@ -58,9 +59,34 @@ inline int64_t cached_persistent_section(const FwdPersistentShape& s) {
   return section;
 }
 
+// The kernel a problem runs: the soft cap and sinks always take the kVariant kernel (its mask
+// degenerates to the dense or causal one when the problem has no band, lengths or ids), so the
+// dense and causal kernels carry no variant code.
+inline MaskKind fwd_kernel_kind(const ProblemShape& p) {
+  if (p.variant.softcap > 0.f || p.variant.sinks != nullptr) return MaskKind::kVariant;
+  return mask_kind(p);
+}
+
+// Whether the band's visible key blocks fall with the m block (rows see fewer keys further down:
+// a left bound without a right one), so the longest-first orders run the m blocks upwards. The
+// host knows the band only (lengths and ids are device data).
+inline bool fwd_band_ascending(const ProblemShape& p, int block_m, int block_n) {
+  MaskArgs a = make_mask_args(p);
+  a.q_lengths = a.kv_lengths = a.q_ids = a.kv_ids = a.q_ranges = a.kv_ranges = nullptr;
+  const TileMask<MaskKind::kVariant> mask(a, 0);
+  const int m_blocks = int((p.seq_q + block_m - 1) / block_m);
+  auto blocks = [&](int m) {
+    int b, e;
+    mask.key_blocks(m * block_m, m * block_m + block_m, block_n, &b, &e);
+    return e - b;
+  };
+  return m_blocks > 1 && blocks(0) > blocks(m_blocks - 1);
+}
+
 // Builds the tensor maps and launches one instantiation.
-template <class T, class Cfg, bool Causal>
+template <class T, class Cfg, MaskKind M, bool SoftCap>
 std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream, const FwdScheduleParams& params) {
+  constexpr bool kOrdered = M != MaskKind::kDense;
   const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   CUtensorMap tq, tk, tv, to;
   std::string err;
@@ -70,7 +96,7 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream, const Fw
   if (!(err = make_bshd_tensor_map(&tv, p.v, bf16, p.batch, seq_k_map, p.heads_kv, p.head_dim, Cfg::block_n())).empty()) return err;
   if (!(err = make_bshd_tensor_map(&to, p.o, bf16, p.batch, p.seq_q, p.heads_q, p.head_dim, 64)).empty()) return err;
 
-  FwdArgs args;
+  FwdArgs args{};
   args.lse = p.lse;
   args.seq_q = int(p.seq_q);
   args.seq_k = int(p.seq_k);
@@ -82,17 +108,28 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream, const Fw
   args.m_blocks = int(m_blocks);
   args.batch = int(p.batch);
   args.lpt_section = 0;
+  args.mask = make_mask_args(p);
+  args.sinks = p.variant.sinks;
+  args.m_ascending = M == MaskKind::kVariant && fwd_band_ascending(p, Cfg::block_m(), Cfg::block_n());
+  if constexpr (SoftCap) {
+    // Scores become c tanh(softmax_scale q.k / c): the kernel takes tanh(q.k * softmax_scale / c)
+    // and runs the softmax and the LSE with c as the scale.
+    const float c = p.variant.softcap;
+    args.softcap_scale = p.softmax_scale / c;
+    args.softmax_scale = c;
+    args.scale_log2 = c * 1.4426950408889634f;
+  }
   dim3 grid(unsigned(m_blocks), unsigned(p.heads_q), unsigned(p.batch));
-  if (Cfg::longest_first() && Causal && m_blocks * p.heads_q * p.batch <= INT_MAX) {
+  if (Cfg::longest_first() && kOrdered && m_blocks * p.heads_q * p.batch <= INT_MAX) {
     args.lpt_section = int(params.section > 0 ? std::min<int64_t>(params.section, p.heads_q * p.batch) : fwd_lpt_section(p));
     grid = dim3(unsigned(m_blocks * p.heads_q * p.batch), 1, 1);
   }
 
   auto kernel = [] {
     if constexpr (Cfg::persistent()) {
-      return fwd_kernel_persistent<T, Cfg, Causal>;
+      return fwd_kernel_persistent<T, Cfg, M, SoftCap>;
     } else {
-      return fwd_kernel<T, Cfg, Causal>;
+      return fwd_kernel<T, Cfg, M, SoftCap>;
     }
   }();
   if constexpr (Cfg::persistent()) {
@@ -105,11 +142,17 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream, const Fw
     int64_t ctas = std::min<int64_t>(tiles, sms);
     if (params.max_ctas > 0) ctas = std::min<int64_t>(ctas, params.max_ctas);
     grid = dim3(unsigned(ctas), 1, 1);
-    // The causal order: L2-sized longest-first sections, the size scored by the host model of
-    // fwd/schedule_model.h (one section over all pairs reads K/V from DRAM for every tile).
-    if (Causal) {
-      const FwdPersistentShape shape{p.seq_q, p.seq_k, p.heads_q * p.batch, fwd_kv_bytes_per_pair(p),
-                                     Cfg::block_m(), Cfg::block_n(), int(ctas)};
+    // The masked order: L2-sized longest-first sections, the size scored by the host model of
+    // fwd/schedule_model.h over the band's key blocks per tile (one section over all pairs reads
+    // K/V from DRAM for every tile).
+    if (kOrdered) {
+      FwdPersistentShape shape{p.seq_q, p.seq_k, p.heads_q * p.batch, fwd_kv_bytes_per_pair(p),
+                               Cfg::block_m(), Cfg::block_n(), int(ctas)};
+      if (M == MaskKind::kVariant) {
+        shape.window_left = args.mask.window_left;
+        shape.window_right = args.mask.window_right;
+        shape.m_ascending = args.m_ascending != 0;
+      }
       args.lpt_section = int(params.section > 0 ? std::min<int64_t>(params.section, shape.pairs)
                                                : cached_persistent_section(shape));
     }
@@ -122,19 +165,31 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream, const Fw
   return {};
 }
 
-template <template <bool> class Config>
+// One dtype: the kernel of the problem's kind (fwd_kernel_kind) and score modifier.
+template <class T, template <MaskKind> class Config>
+std::string launch_fwd_kind(const FwdProblem& p, cudaStream_t stream, const FwdScheduleParams& params) {
+  switch (fwd_kernel_kind(p)) {
+    case MaskKind::kDense:
+      return launch_fwd_kernel<T, Config<MaskKind::kDense>, MaskKind::kDense, false>(p, stream, params);
+    case MaskKind::kCausal:
+      return launch_fwd_kernel<T, Config<MaskKind::kCausal>, MaskKind::kCausal, false>(p, stream, params);
+    default:
+      if (p.variant.softcap > 0.f)
+        return launch_fwd_kernel<T, Config<MaskKind::kVariant>, MaskKind::kVariant, true>(p, stream, params);
+      return launch_fwd_kernel<T, Config<MaskKind::kVariant>, MaskKind::kVariant, false>(p, stream, params);
+  }
+}
+
+template <template <MaskKind> class Config>
 std::string launch_fwd_config(const FwdProblem& p, cudaStream_t stream, const FwdScheduleParams& params) {
   bool nothing_to_do = false;
   if (std::string err = check_fwd_problem(p, &nothing_to_do); !err.empty() || nothing_to_do) return err;
-  if (p.head_dim != Config<false>::head_dim())
-    return std::string("configuration \"") + Config<false>::name() + "\" needs head_dim " +
-           std::to_string(Config<false>::head_dim()) + ", got " + std::to_string(p.head_dim);
-  if (p.dtype == Dtype::kBf16) {
-    return p.causal ? launch_fwd_kernel<__nv_bfloat16, Config<true>, true>(p, stream, params)
-                    : launch_fwd_kernel<__nv_bfloat16, Config<false>, false>(p, stream, params);
-  }
-  return p.causal ? launch_fwd_kernel<__half, Config<true>, true>(p, stream, params)
-                  : launch_fwd_kernel<__half, Config<false>, false>(p, stream, params);
+  using Dense = Config<MaskKind::kDense>;
+  if (p.head_dim != Dense::head_dim())
+    return std::string("configuration \"") + Dense::name() + "\" needs head_dim " +
+           std::to_string(Dense::head_dim()) + ", got " + std::to_string(p.head_dim);
+  if (p.dtype == Dtype::kBf16) return launch_fwd_kind<__nv_bfloat16, Config>(p, stream, params);
+  return launch_fwd_kind<__half, Config>(p, stream, params);
 }
 
 }  // namespace fa4::hopper

@@ -32,9 +32,11 @@ struct FwdScheduleParams {
 std::string launch_fwd(const FwdProblem& p, cudaStream_t stream);
 
 // One named configuration (fwd/config.cuh: FwdHd64, FwdHd64Persistent, FwdHd128,
-// FwdHd128Persistent, FwdHd256), for both dtypes and masks, after the same validation. The
-// library's instantiations are in fwd/hd*.cu: a configuration is only built for its head dim.
-template <template <bool> class Config>
+// FwdHd128Persistent, FwdHd256), for both dtypes and every mask kind and score modifier (the
+// dense, causal and variant kernels, the variant one also with the soft cap), after the same
+// validation. The library's instantiations are in fwd/hd*.cu: a configuration is only built for
+// its head dim.
+template <template <MaskKind> class Config>
 std::string launch_fwd_config(const FwdProblem& p, cudaStream_t stream, const FwdScheduleParams& params = {});
 
 }  // namespace fa4::hopper

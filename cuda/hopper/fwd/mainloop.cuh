@@ -6,7 +6,8 @@
 // hands the token on, and does the softmax of S while the PV MMA runs. Key blocks run from the
 // last to the first, so under a causal mask the partial (diagonal) blocks come first and the rest
 // need no mask. consume_tile is the whole loop over one tile, shared by the one-tile and the
-// persistent kernels.
+// persistent kernels. A tile visits the key blocks [begin, end) of the mask policy
+// (common/mask.cuh, TileMask); blocks outside it are never loaded or multiplied.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,6 +18,7 @@
 #include "hopper/common/mask.cuh"
 #include "hopper/common/numeric.cuh"
 #include "hopper/common/pipeline.cuh"
+#include "hopper/fwd/score.cuh"
 #include "hopper/fwd/softmax.cuh"
 #include "hopper/ptx/barrier.cuh"
 #include "hopper/ptx/mbarrier.cuh"
@@ -66,11 +68,13 @@ __device__ __forceinline__ void issue_qk(float (&s)[NE / 2], const uint8_t* q_ti
 }
 
 // TrimFirst: the 16-column groups of key block n that rows [row_begin, row_begin + 64) can see
-// (0 .. block_n / 16).
-template <class Cfg, bool Causal>
-__device__ __forceinline__ int visible_ksteps(const AttentionMask<Causal>& mask, int n, int row_begin) {
+// (0 .. block_n / 16). The trim is a configuration of the dense kernels (the partial first block is
+// the sequence's tail, the same for every row).
+template <class Cfg, MaskKind M>
+__device__ __forceinline__ int visible_ksteps(const TileMask<M>& mask, int n, int row_begin) {
+  static_assert(M == MaskKind::kDense, "the first-block trim assumes every row sees the keys up to kv_len");
   constexpr int N = Cfg::block_n();
-  const int end = mask.key_end(row_begin, 64);  // one past the last column any of the rows sees
+  const int end = mask.kv_len;  // one past the last column any of the rows sees
   const int cols = min(N, max(0, end - n * N));
   return (cols + 15) / 16;
 }
@@ -134,49 +138,111 @@ __device__ __forceinline__ void rescale_o(float (&o)[Cfg::head_dim() / 2], const
 // The issue-token barrier's width: the waiting warpgroup plus the one handing over.
 constexpr uint32_t kSchedThreads = 256;
 
-// WgSkip: the key blocks [0, n_mine) warpgroup c computes of a tile's n_blocks: none if its rows
-// are all past seq_q (the last query tile's spare rows: never stored), else under a causal mask the
-// blocks its own rows see. n_mine is never below the tile's count for the warpgroup holding the
-// tile's last valid row, so every K/V stage is still waited on by someone before the producer may
-// refill it. Read from lane 0, so the compiler knows it is warp-uniform (else the main loop's trip
-// count looks divergent: wait loops get WARPSYNC / YIELD and the wgmma descriptors leave the
-// uniform datapath, +54 instructions per hd64 block). Without WgSkip: n_blocks.
-template <class Cfg, bool Causal>
-__device__ __forceinline__ int warpgroup_block_count(const AttentionMask<Causal>& mask, int m0, int c, int seq_q,
-                                                     int n_blocks) {
-  if constexpr (!Cfg::wg_skip()) {
-    return n_blocks;
+// The key blocks [*begin, *end) (of width N) that rows [r0, r0 + rows) visit: the band and the
+// lengths of the mask policy, narrowed to the 64-key chunks whose segment ids can meet the rows'
+// (kVariant with ids; any ids are exact, sorted ones skip the blocks between documents).
+// Warp-collective (all 32 lanes, warp-uniform arguments); the result is read from lane 0, so the
+// compiler knows it is warp-uniform.
+template <int N, MaskKind M>
+__device__ __forceinline__ void tile_key_blocks(const TileMask<M>& mask, int r0, int rows, int lane, int* begin,
+                                                int* end) {
+  if constexpr (M != MaskKind::kVariant) {
+    // TileMask::key_blocks in closed form for rows r0 < seq_q: from block 0, to the last row's
+    // diagonal under the causal mask (the dense and causal kernels' original arithmetic, which
+    // keeps the count on the uniform datapath).
+    const int total = (mask.kv_len + N - 1) / N;
+    *begin = 0;
+    *end = total;
+    if constexpr (M == MaskKind::kCausal) {
+      const int last_row = imin(r0 + rows, mask.q_len) - 1;
+      const int max_col = last_row + mask.kv_len - mask.q_len;
+      *end = max_col < 0 ? 0 : imin(total, max_col / N + 1);
+    }
   } else {
-    const int mine = m0 + c * 64 >= seq_q ? 0 : Causal ? mask.key_blocks(m0 + c * 64, 64, Cfg::block_n()) : n_blocks;
-    return __shfl_sync(0xffffffffu, mine, 0);
+    int lo, hi;
+    mask.key_span(r0, r0 + rows, &lo, &hi);
+    mask.narrow_keys_by_segment(r0, r0 + rows, &lo, &hi, lane);
+    TileMask<M>::blocks_of(lo, hi, N, begin, end);
+    *begin = __shfl_sync(0xffffffffu, *begin, 0);
+    *end = __shfl_sync(0xffffffffu, *end, 0);
   }
 }
 
-// WgSkip: key blocks [n_mine, n_blocks) (the loop runs from the last block down, so these come
+// WgSkip: the key blocks [*mine_begin, *mine_end) warpgroup c computes of its tile's [begin, end):
+// none if its rows are all past seq_q (the last query tile's spare rows: never stored), else the
+// blocks its own 64 rows see (a sub-range: the band is monotone in the row). A warpgroup that
+// computes nothing gets [begin, begin), so pass_skipped_blocks passes the whole tile. The
+// warpgroup holding the tile's first (last) visible row computes the tile's first (last) block,
+// so every K/V stage is still waited on by someone before the producer may refill it. Read from
+// lane 0, so the compiler knows the range is warp-uniform (else the main loop's trip count looks
+// divergent: wait loops get WARPSYNC / YIELD and the wgmma descriptors leave the uniform datapath,
+// +54 instructions per hd64 block). Without WgSkip: the tile's range.
+template <class Cfg, MaskKind M>
+__device__ __forceinline__ void warpgroup_blocks(const TileMask<M>& mask, int m0, int c, int seq_q, int lane, int begin,
+                                                 int end, int* mine_begin, int* mine_end) {
+  *mine_begin = begin;
+  *mine_end = end;
+  if constexpr (Cfg::wg_skip()) {
+    int b = begin, e = end;
+    if (m0 + c * 64 >= seq_q) {
+      b = e = begin;
+    } else if constexpr (M != MaskKind::kDense) {
+      tile_key_blocks<Cfg::block_n()>(mask, m0 + c * 64, 64, lane, &b, &e);
+      if constexpr (M == MaskKind::kVariant) {  // causal: b = begin = 0 and e <= end already
+        b = imax(b, begin);
+        e = imin(e, end);
+        if (e <= b) b = e = begin;
+      }
+    }
+    if constexpr (M == MaskKind::kVariant) *mine_begin = __shfl_sync(0xffffffffu, b, 0);
+    *mine_end = __shfl_sync(0xffffffffu, e, 0);
+  }
+}
+
+// WgSkip: key blocks [mine_end, end) (the loop runs from the last block down, so these come
 // first) get the same token hand-over and stage releases as a computed block, without an MMA, so
-// the issue-token ring stays in step. Iteration n of the main loop releases K(n) and V(n + 1);
-// V(n_mine), whose PV the first computed block would issue, goes right after the loop. Each stage
-// is waited on (full) before it is released, as by a consumer that reads nothing: an arrival for a
-// stage's next lap can then never count towards this lap's phase (unwaited, a skipping warpgroup
-// could overtake a slower one: tests/gpu/cuda/fwd_protocol_model.py found it). S = -inf would give
-// P = 0 and leave O, the max and the sum as they are, so skipping is exact.
+// the issue-token ring stays in step. Iteration kb of the main loop releases K(kb) and V(kb + 1);
+// V(mine_end), whose PV the first computed block would issue, goes right after the loop. Each
+// stage is waited on (full) before it is released, as by a consumer that reads nothing: an arrival
+// for a stage's next lap can then never count towards this lap's phase (unwaited, a skipping
+// warpgroup could overtake a slower one: tests/gpu/cuda/fwd_protocol_model.py found it). S = -inf
+// would give P = 0 and leave O, the max and the sum as they are, so skipping is exact.
 template <class Cfg, class KPipe, class VPipe>
-__device__ __forceinline__ void pass_skipped_blocks(KPipe& k, VPipe& v, int n_blocks, int n_mine, uint32_t sched_mine,
+__device__ __forceinline__ void pass_skipped_blocks(KPipe& k, VPipe& v, int end, int mine_end, uint32_t sched_mine,
                                                     uint32_t sched_next, bool elected) {
-  for (int n = n_blocks - 1; n >= n_mine; --n) {
+  for (int n = end - 1; n >= mine_end; --n) {
     named_barrier_sync(sched_mine, kSchedThreads);
     named_barrier_arrive(sched_next, kSchedThreads);
 #pragma unroll
     for (int j = 0; j < Cfg::qk_stages(); ++j) k.wait(j);
     k.release(elected);
     k.advance();
-    if (n + 1 < n_blocks) {
+    if (n + 1 < end) {
       v.wait(0);
       v.release(elected);
       v.advance();
     }
   }
-  if (n_mine < n_blocks) {
+  if (mine_end < end) {
+    v.wait(0);
+    v.release(elected);
+    v.advance();
+  }
+}
+
+// WgSkip under a band with a left bound: key blocks [begin, mine_begin), below the computed ones,
+// come last. The computed range's final PV released V(mine_begin); each block here takes its token
+// round and waits for and releases K(kb) and V(kb), in the rings' order.
+template <class Cfg, class KPipe, class VPipe>
+__device__ __forceinline__ void pass_trailing_blocks(KPipe& k, VPipe& v, int begin, int mine_begin,
+                                                     uint32_t sched_mine, uint32_t sched_next, bool elected) {
+  for (int n = mine_begin - 1; n >= begin; --n) {
+    named_barrier_sync(sched_mine, kSchedThreads);
+    named_barrier_arrive(sched_next, kSchedThreads);
+#pragma unroll
+    for (int j = 0; j < Cfg::qk_stages(); ++j) k.wait(j);
+    k.release(elected);
+    k.advance();
     v.wait(0);
     v.release(elected);
     v.advance();
@@ -186,11 +252,11 @@ __device__ __forceinline__ void pass_skipped_blocks(KPipe& k, VPipe& v, int n_bl
 // One main-loop step of a consumer warpgroup (plain and persistent): S for key block kb while O
 // takes the previous block's P over its first PvKeys keys (block_n, or fewer for the trimmed
 // partial first block); after_s runs once S retired and K(kb) is released.
-template <class T, class Cfg, int PvKeys, bool Causal, class KPipe, class VPipe, class Softmax, class AfterS>
+template <class T, class Cfg, int PvKeys, class Scores, class KPipe, class VPipe, class Softmax, class AfterS>
 __device__ __forceinline__ void fwd_pipelined_step(int kb, const uint8_t* q_tile, KPipe& k, VPipe& v,
                                                    float (&s)[Cfg::block_n() / 2], float (&o)[Cfg::head_dim() / 2],
                                                    uint32_t (&p)[Cfg::block_n() / 4], float (&o_scale)[2],
-                                                   Softmax& softmax, const AttentionMask<Causal>& mask, int mask_m0,
+                                                   Softmax& softmax, const Scores& scores,
                                                    int row0, int lane, bool elected, uint32_t sched_mine,
                                                    uint32_t sched_next, float scale_log2, AfterS&& after_s) {
   constexpr int N = Cfg::block_n();
@@ -203,7 +269,7 @@ __device__ __forceinline__ void fwd_pipelined_step(int kb, const uint8_t* q_tile
   k.release(elected);
   k.advance();
   after_s();
-  if (mask.needs_mask(kb, mask_m0, N)) mask.apply(s, kb * N, row0, lane);
+  scores.template prepare<N>(s, kb, row0, lane);
   softmax.update(s, scale_log2, o_scale);
   wgmma_wait<0>();
   fence_regs(o);
@@ -216,23 +282,24 @@ __device__ __forceinline__ void fwd_pipelined_step(int kb, const uint8_t* q_tile
 }
 
 
-// One tile's main loop for consumer warpgroup c: key blocks n_blocks - 1 down to 0, of which this
-// warpgroup computes [0, n_mine) (warpgroup_block_count) and passes the others on. on_s_done(n)
-// runs once S of block n retired and K(n) was released (the persistent kernel's Q-empty arrival
-// after the tile's last S). O, the softmax state and P are the caller's; it runs the epilogue.
-template <class T, class Cfg, bool Causal, class KPipe, class VPipe, class OnSDone>
+// One tile's main loop for consumer warpgroup c: key blocks from mine_end - 1 down to mine_begin
+// (warpgroup_blocks; the caller passes the others on). on_s_done(kb) runs once S of block kb
+// retired and K(kb) was released (the persistent kernel's Q-empty arrival after the tile's last S,
+// kb == mine_begin). O, the softmax state and P are the caller's; it runs the epilogue.
+template <class T, class Cfg, class Scores, class KPipe, class VPipe, class OnSDone>
 __device__ __forceinline__ void consume_tile(const uint8_t* q_tile, KPipe& k, VPipe& v, float (&s)[Cfg::block_n() / 2],
                                              float (&o)[Cfg::head_dim() / 2], uint32_t (&p)[Cfg::block_n() / 4],
                                              float (&o_scale)[2], OnlineSoftmax<Cfg::block_n() / 2>& softmax,
-                                             const AttentionMask<Causal>& mask, int m0, int c, int n_mine,
-                                             int mask_m0, int row0, int lane, bool elected, uint32_t sched_mine,
+                                             const Scores& scores, int m0, int c, int mine_begin, int mine_end,
+                                             int row0, int lane, bool elected, uint32_t sched_mine,
                                              uint32_t sched_next, float scale_log2, OnSDone&& on_s_done) {
   constexpr int N = Cfg::block_n();
-  int n = n_mine - 1;
-  const int first_steps = Cfg::trim_first() ? visible_ksteps<Cfg>(mask, n, m0 + c * 64) : N / 16;
+  int n = mine_end - 1;
+  int first_steps = N / 16;
+  if constexpr (Cfg::trim_first()) first_steps = visible_ksteps<Cfg>(scores.mask, n, m0 + c * 64);
   auto step = [&](auto pv_keys, int kb) {
-    fwd_pipelined_step<T, Cfg, decltype(pv_keys)::value>(kb, q_tile, k, v, s, o, p, o_scale, softmax, mask, mask_m0,
-                                                         row0, lane, elected, sched_mine, sched_next, scale_log2,
+    fwd_pipelined_step<T, Cfg, decltype(pv_keys)::value>(kb, q_tile, k, v, s, o, p, o_scale, softmax, scores, row0,
+                                                         lane, elected, sched_mine, sched_next, scale_log2,
                                                          [&] { on_s_done(kb); });
   };
 
@@ -248,7 +315,7 @@ __device__ __forceinline__ void consume_tile(const uint8_t* q_tile, KPipe& k, VP
       k.release(elected);
       k.advance();
       on_s_done(n);
-      if (mask.needs_mask(n, mask_m0, N)) mask.apply(sf, n * N, row0, lane);
+      scores.template prepare<N>(sf, n, row0, lane);
       softmax.update(sf, scale_log2, o_scale);
 #pragma unroll
       for (int q = 0; q < N / 4; ++q) p[q] = q < NE / 4 ? pack2<T>(sf[2 * q], sf[2 * q + 1]) : 0u;
@@ -256,7 +323,7 @@ __device__ __forceinline__ void consume_tile(const uint8_t* q_tile, KPipe& k, VP
       // NE / 16 visible k-steps. The whole step, waits included: with the wgmmas still in flight
       // where the switch's cases merge, ptxas moved accumulator registers under them and
       // serialized every wgmma of the kernel (C7515).
-      if (n > 0) step(width, --n);
+      if (n > mine_begin) step(width, --n);
     });
   } else {
     issue_qk<T, Cfg>(s, q_tile, k);
@@ -266,13 +333,13 @@ __device__ __forceinline__ void consume_tile(const uint8_t* q_tile, KPipe& k, VP
     k.release(elected);
     k.advance();
     on_s_done(n);
-    if (mask.needs_mask(n, mask_m0, N)) mask.apply(s, n * N, row0, lane);
+    scores.template prepare<N>(s, n, row0, lane);
     softmax.update(s, scale_log2, o_scale);
 #pragma unroll
     for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
   }
 
-  for (--n; n >= 0; --n) step(std::integral_constant<int, N>{}, n);
+  for (--n; n >= mine_begin; --n) step(std::integral_constant<int, N>{}, n);
   issue_pv<T, Cfg>(o, p, v);
   wgmma_wait<0>();
   fence_regs(o);

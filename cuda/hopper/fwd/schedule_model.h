@@ -1,4 +1,4 @@
-// Host-side choice of the persistent causal forward kernel's tile order (plain C++, no device
+// Host-side choice of the persistent masked (causal or variant band) forward kernel's tile order (plain C++, no device
 // code, so the extension can expose it to the CPU tests).
 //
 // The persistent scheduler deals the longest-first order (lpt_tile_coord: sections of `section`
@@ -27,7 +27,22 @@ struct FwdPersistentShape {
   int64_t kv_bytes_per_pair;  // K and V bytes one (head, batch) pair reads, shared by a GQA group
   int block_m, block_n;
   int ctas;                   // the persistent grid
+  // The band (common/mask.cuh, causal folded in): the causal one unless a variant's window is
+  // given; m_ascending: the deal's m blocks run upwards (fwd/scheduler.cuh, args.m_ascending).
+  int window_left = kWindowUnbounded;
+  int window_right = 0;
+  bool m_ascending = false;
 };
+
+// Key blocks the band gives query block m (lengths and segment ids are device data: the model
+// sees the band only).
+inline int fwd_model_key_blocks(const FwdPersistentShape& s, int m) {
+  const MaskArgs a{int(s.seq_q), int(s.seq_k), s.window_left, s.window_right, nullptr, nullptr,
+                   nullptr,      nullptr,      nullptr,       nullptr};
+  int begin, end;
+  TileMask<MaskKind::kVariant>(a, 0).key_blocks(m * s.block_m, m * s.block_m + s.block_m, s.block_n, &begin, &end);
+  return end - begin;
+}
 
 // Pairs' K/V that a section may hold: about half the H200's 50 MB L2 (the K/V of the sections
 // before and after are still partly resident when a section starts).
@@ -38,14 +53,14 @@ constexpr int64_t kFwdTileOverheadHalfBlocks = 3;
 constexpr int64_t kFwdSectionCandidates = 64;
 constexpr int64_t kFwdSectionScoreBudget = int64_t(1) << 22;
 
-// The busiest CTA's cost (half key blocks) when the persistent scheduler deals the causal longest-first order with
+// The busiest CTA's cost (half key blocks) when the persistent scheduler deals the masked longest-first order with
 // `section` pairs per section.
 inline int64_t fwd_persistent_busiest_cost(const FwdPersistentShape& s, int64_t section) {
   const int m_blocks = int((s.seq_q + s.block_m - 1) / s.block_m);
   const int64_t tiles = int64_t(m_blocks) * s.pairs;
   std::vector<int64_t> cost(static_cast<std::size_t>(m_blocks));
   for (int m = 0; m < m_blocks; ++m)
-    cost[static_cast<std::size_t>(m)] = 2 * int64_t(AttentionMask<true>{int(s.seq_q), int(s.seq_k)}.key_blocks(m * s.block_m, s.block_m, s.block_n)) + kFwdTileOverheadHalfBlocks;
+    cost[static_cast<std::size_t>(m)] = 2 * int64_t(fwd_model_key_blocks(s, m)) + kFwdTileOverheadHalfBlocks;
   std::vector<int64_t> per_cta(static_cast<std::size_t>(s.ctas), 0);
   // lpt_tile_coord's m block only depends on the pair count, not on how it splits into heads.
   const int heads = int(s.pairs), batch = 1;
@@ -54,14 +69,16 @@ inline int64_t fwd_persistent_busiest_cost(const FwdPersistentShape& s, int64_t 
     // is its own inverse.
     const int r = int(t / s.ctas);
     const int b = persistent_deal_index(r, s.ctas, int(t % s.ctas), true) - r * s.ctas;
-    per_cta[static_cast<std::size_t>(b)] += cost[static_cast<std::size_t>(lpt_tile_coord(int(t), m_blocks, heads, batch, int(section)).m_block)];
+    int m = lpt_tile_coord(int(t), m_blocks, heads, batch, int(section)).m_block;
+    if (s.m_ascending) m = m_blocks - 1 - m;
+    per_cta[static_cast<std::size_t>(b)] += cost[static_cast<std::size_t>(m)];
   }
   int64_t busiest = 0;
   for (int64_t c : per_cta) busiest = c > busiest ? c : busiest;
   return busiest;
 }
 
-// The section (pairs per longest-first section, in [1, pairs]) for the persistent scheduler under a causal mask.
+// The section (pairs per longest-first section, in [1, pairs]) for the persistent scheduler under a mask.
 // Among the sections whose K/V fits kFwdSectionL2Bytes, the one whose busiest CTA costs least
 // (ties: the larger). All pairs in one section only when even one pair's K/V does not fit, or when
 // the scoring budget allows no candidate.

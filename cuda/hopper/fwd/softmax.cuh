@@ -68,6 +68,29 @@ struct OnlineSoftmax {
       lse[i] = empty ? -INFINITY : row_max[i] * softmax_scale + logf(l);
     }
   }
+
+  // finalize with a sink logit per row (-inf: none, and for padding rows): it joins the
+  // denominator and no numerator, lse = log(exp(sink) + sum exp(s)), so O is normalised by it. In
+  // the frame of M = max(row max, sink), so neither a large sink nor a large score overflows. A
+  // row with no visible key gets o_scale 0 and lse = sink (-inf without one).
+  __device__ __forceinline__ void finalize_with_sink(float softmax_scale, const float (&sink)[2], float (&o_scale)[2],
+                                                     float (&lse)[2]) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float l = quad_sum(row_sum[i]);
+      const float m = l > 0.f ? row_max[i] * softmax_scale : -INFINITY;
+      const float mx = fmaxf(m, sink[i]);
+      if (mx == -INFINITY) {
+        o_scale[i] = 0.f;
+        lse[i] = -INFINITY;
+      } else {
+        const float a = l > 0.f ? __expf(m - mx) : 0.f;
+        const float total = l * a + __expf(sink[i] - mx);  // sink -inf: exp gives 0
+        o_scale[i] = a / total;
+        lse[i] = mx + logf(total);
+      }
+    }
+  }
 };
 
 }  // namespace fa4::hopper

@@ -7,7 +7,12 @@
 //   --hd D            one head dim          --seqs 2048,4096   the timed lengths
 //   --max-ctas N      a persistent configuration runs at most N CTAs (many tiles per CTA)
 //   --section N       (head, batch) pairs per longest-first section instead of the model's choice
-//   --quick           three small bf16 shapes only (for compute-sanitizer)
+//   --quick           three small bf16 shapes and two variant ones only (for compute-sanitizer)
+//   --no-variants     skip the attention-variant cases   --variants-only   run only those
+// The variant cases (window bands, negative bands, query / key lengths, segment ids sorted and
+// unsorted, soft cap, sinks, and combinations of them) run on every selected configuration; the
+// float64 reference implements the variant semantics of common/problem.h, and NaN is planted in
+// the padding queries and keys (q rows >= q_len, k rows >= kv_len), which no row may see.
 // Build: tests/gpu/validate.sh (harness stage).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -30,6 +35,8 @@
 using fa4::hopper::Dtype;
 using fa4::hopper::FwdProblem;
 using fa4::hopper::FwdScheduleParams;
+using fa4::hopper::MaskKind;
+constexpr int kUnb = fa4::hopper::kWindowUnbounded;
 
 // What the harness can run: the library's entry point, and each named configuration at its head dim.
 struct Runner {
@@ -37,7 +44,7 @@ struct Runner {
   int head_dim;  // 0: every head dim (the library)
   std::string (*launch)(const FwdProblem&, cudaStream_t, const FwdScheduleParams&);
 };
-template <template <bool> class Config>
+template <template <MaskKind> class Config>
 static std::string run_config(const FwdProblem& p, cudaStream_t s, const FwdScheduleParams& sp) {
   return fa4::hopper::launch_fwd_config<Config>(p, s, sp);
 }
@@ -46,11 +53,11 @@ static std::string run_library(const FwdProblem& p, cudaStream_t s, const FwdSch
 }
 static const Runner kRunners[] = {
     {"library", 0, run_library},
-    {fa4::hopper::FwdHd64<false>::name(), 64, run_config<fa4::hopper::FwdHd64>},
-    {fa4::hopper::FwdHd64Persistent<false>::name(), 64, run_config<fa4::hopper::FwdHd64Persistent>},
-    {fa4::hopper::FwdHd128<false>::name(), 128, run_config<fa4::hopper::FwdHd128>},
-    {fa4::hopper::FwdHd128Persistent<false>::name(), 128, run_config<fa4::hopper::FwdHd128Persistent>},
-    {fa4::hopper::FwdHd256<false>::name(), 256, run_config<fa4::hopper::FwdHd256>},
+    {fa4::hopper::FwdHd64<MaskKind::kDense>::name(), 64, run_config<fa4::hopper::FwdHd64>},
+    {fa4::hopper::FwdHd64Persistent<MaskKind::kDense>::name(), 64, run_config<fa4::hopper::FwdHd64Persistent>},
+    {fa4::hopper::FwdHd128<MaskKind::kDense>::name(), 128, run_config<fa4::hopper::FwdHd128>},
+    {fa4::hopper::FwdHd128Persistent<MaskKind::kDense>::name(), 128, run_config<fa4::hopper::FwdHd128Persistent>},
+    {fa4::hopper::FwdHd256<MaskKind::kDense>::name(), 256, run_config<fa4::hopper::FwdHd256>},
 };
 static FwdScheduleParams g_params;  // --max-ctas, --section
 
@@ -61,6 +68,18 @@ static const Runner* find_runner(const std::string& name) {
 }
 static bool runs_at(const Runner& r, int d) { return r.head_dim == 0 || r.head_dim == d; }
 
+// An attention variant (common/problem.h): what a case adds to dense / causal attention.
+struct Variant {
+  int left = kUnb, right = kUnb;  // the window band around the diagonal (may be negative)
+  int lengths = 0;                // 1: per-batch q and kv lengths (0, full, partial), 2: kv only
+  int segments = 0;               // 1: sorted ids (packed documents), 2: unsorted ids in {0, 1, 2}
+  float softcap = 0.f;
+  bool sinks = false;
+  bool any() const {
+    return left < kUnb || right < kUnb || lengths || segments || softcap > 0.f || sinks;
+  }
+};
+
 struct Case {
   int b, sq, sk, hq, hkv, d;
   bool bf16, causal;
@@ -70,6 +89,7 @@ struct Case {
   // so a row's scores rise by about `growth` (natural-log units) from the last key to the first.
   // Negative: the maximum sits in the first block the kernel computes.
   float growth = 0.f;
+  Variant var = {};
 };
 
 static std::string describe(const Case& c) {
@@ -81,7 +101,97 @@ static std::string describe(const Case& c) {
     std::snprintf(buf, sizeof buf, " growth=%g", c.growth);
     out += buf;
   }
+  const Variant& v = c.var;
+  if (v.left < kUnb || v.right < kUnb) {
+    auto side = [](int x) { return x >= kUnb ? std::string("inf") : std::to_string(x); };
+    out += " window=(" + side(v.left) + "," + side(v.right) + ")";
+  }
+  if (v.lengths) out += v.lengths == 1 ? " lengths" : " kv-lengths";
+  if (v.segments) out += v.segments == 1 ? " segments-sorted" : " segments-unsorted";
+  if (v.softcap > 0.f) {
+    std::snprintf(buf, sizeof buf, " softcap=%g", v.softcap);
+    out += buf;
+  }
+  if (v.sinks) out += " sinks";
   return out;
+}
+
+// The variant's host arrays for one case (empty when absent).
+struct VariantData {
+  std::vector<int32_t> q_len, kv_len, q_ids, kv_ids, q_ranges, kv_ranges;
+  std::vector<float> sinks;
+};
+
+// The (min, max) id of every 64-row chunk of ids [batch, seq] (common/problem.h).
+static std::vector<int32_t> segment_ranges(const std::vector<int32_t>& ids, int batch, int seq) {
+  const int chunks = (seq + fa4::hopper::kSegmentChunk - 1) / fa4::hopper::kSegmentChunk;
+  std::vector<int32_t> r(size_t(batch) * chunks * 2);
+  for (int b = 0; b < batch; ++b)
+    for (int c = 0; c < chunks; ++c) {
+      int mn = INT32_MAX, mx = INT32_MIN;
+      for (int i = c * fa4::hopper::kSegmentChunk; i < std::min(seq, (c + 1) * fa4::hopper::kSegmentChunk); ++i) {
+        mn = std::min(mn, ids[size_t(b) * seq + i]);
+        mx = std::max(mx, ids[size_t(b) * seq + i]);
+      }
+      r[(size_t(b) * chunks + c) * 2] = mn;
+      r[(size_t(b) * chunks + c) * 2 + 1] = mx;
+    }
+  return r;
+}
+
+static VariantData make_variant(const Case& c, std::mt19937_64& rng) {
+  VariantData vd;
+  const Variant& v = c.var;
+  if (v.lengths) {
+    for (int b = 0; b < c.b; ++b) {
+      // Batch 0: a short partial length, 1: full, 2: empty (0), then random; lengths past the
+      // sequence are clamped by the kernels (-5 and seq + 7 check it).
+      const int pick = b % 4;
+      auto len = [&](int seq) {
+        if (pick == 0) return std::max(1, seq / 3 + 1);
+        if (pick == 1) return seq + 7;
+        if (pick == 2) return b == 2 ? 0 : -5;
+        return int(rng() % uint64_t(seq + 1));
+      };
+      vd.q_len.push_back(v.lengths == 1 ? len(c.sq) : c.sq);
+      vd.kv_len.push_back(len(c.sk));
+    }
+  }
+  if (v.segments) {
+    auto ids = [&](int seq) {
+      std::vector<int32_t> out(size_t(c.b) * seq);
+      for (int b = 0; b < c.b; ++b) {
+        if (v.segments == 1) {
+          // Documents of random lengths (1 .. seq / 3), ids rising from b.
+          int id = b, left = 0;
+          for (int i = 0; i < seq; ++i) {
+            if (left == 0) {
+              left = 1 + int(rng() % uint64_t(std::max(1, seq / 3)));
+              ++id;
+            }
+            out[size_t(b) * seq + i] = id;
+            --left;
+          }
+        } else {
+          for (int i = 0; i < seq; ++i) out[size_t(b) * seq + i] = int(rng() % 3);
+        }
+      }
+      return out;
+    };
+    vd.q_ids = ids(c.sq);
+    if (c.sq == c.sk && v.segments == 1) {
+      vd.kv_ids = vd.q_ids;  // the public API's one array
+    } else {
+      vd.kv_ids = ids(c.sk);
+    }
+    vd.q_ranges = segment_ranges(vd.q_ids, c.b, c.sq);
+    vd.kv_ranges = segment_ranges(vd.kv_ids, c.b, c.sk);
+  }
+  if (v.sinks) {
+    std::normal_distribution<float> nd(0.f, 2.f);
+    for (int i = 0; i < c.b * c.hq; ++i) vd.sinks.push_back(nd(rng));
+  }
+  return vd;
 }
 
 // Runs every selected runner of the case's head dim on one case; returns the number of failures. Checks every row
@@ -100,6 +210,20 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
     hk[i] = to_bits(nd(rng) + ramp, c.bf16);
   }
   for (auto& x : hv) x = to_bits(nd(rng), c.bf16);
+  const VariantData vd = make_variant(c, rng);
+  const Variant& var = c.var;
+  auto q_len_of = [&](int b) { return vd.q_len.empty() ? c.sq : std::min(std::max(vd.q_len[b], 0), c.sq); };
+  auto kv_len_of = [&](int b) { return vd.kv_len.empty() ? c.sk : std::min(std::max(vd.kv_len[b], 0), c.sk); };
+  // NaN in the padding queries and keys: no row may see them (a masked score is selected to -inf,
+  // and padding rows are written as 0). V stays finite: P = 0 times a non-finite V of a key in a
+  // loaded partial block still reaches the MMA's sum (docs/hopper-kernels.md, the variants).
+  const uint16_t nan_bits = 0xFFFF;
+  for (int b = 0; b < c.b; ++b) {
+    for (int i = q_len_of(b); i < c.sq; ++i)
+      for (int t = 0; t < c.hq * c.d; ++t) hq[(size_t(b) * c.sq + i) * c.hq * c.d + t] = nan_bits;
+    for (int j = kv_len_of(b); j < c.sk; ++j)
+      for (int t = 0; t < c.hkv * c.d; ++t) hk[(size_t(b) * c.sk + j) * c.hkv * c.d + t] = nan_bits;
+  }
   const size_t nlse = size_t(c.b) * c.hq * c.sq;
   const float scale = 1.f / std::sqrt(float(c.d));
 
@@ -111,33 +235,47 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
     if (i % stride == 0 || i >= c.sq - 130) rows.push_back(i);
   const size_t nref = size_t(c.b) * c.hq * rows.size();
   std::vector<double> ref_o(nref * c.d), ref_lse(nref);
-  std::vector<int> ref_limit(nref);
+  const int right_eff = c.causal ? std::min(var.right, 0) : var.right;
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int bh = 0; bh < c.b * c.hq; ++bh) {
     for (size_t ri = 0; ri < rows.size(); ++ri) {
       const int bb = bh / c.hq, h = bh % c.hq, i = rows[ri], kvh = h / group;
       const size_t r = size_t(bh) * rows.size() + ri;
-      const int limit = c.causal ? std::min(c.sk, i + c.sk - c.sq + 1) : c.sk;
-      ref_limit[r] = limit;
-      std::vector<double> sc(std::max(limit, 0));
+      const int q_len = q_len_of(bb), kv_len = kv_len_of(bb), off = kv_len - q_len;
+      // The visible keys of row i (common/problem.h).
+      std::vector<int> vis;
+      if (i < q_len) {
+        for (int j = 0; j < kv_len; ++j) {
+          if (var.left < kUnb && j < int64_t(i) + off - var.left) continue;
+          if (right_eff < kUnb && j > int64_t(i) + off + right_eff) continue;
+          if (var.segments && vd.q_ids[size_t(bb) * c.sq + i] != vd.kv_ids[size_t(bb) * c.sk + j]) continue;
+          vis.push_back(j);
+        }
+      }
+      std::vector<double> sc(vis.size());
       double m = -INFINITY;
-      for (int j = 0; j < limit; ++j) {
+      for (size_t x = 0; x < vis.size(); ++x) {
+        const int j = vis[x];
         double acc = 0;
         for (int t = 0; t < c.d; ++t)
           acc += double(from_bits(hq[((size_t(bb) * c.sq + i) * c.hq + h) * c.d + t], c.bf16)) *
                  double(from_bits(hk[((size_t(bb) * c.sk + j) * c.hkv + kvh) * c.d + t], c.bf16));
-        sc[j] = acc * scale;
-        m = std::max(m, sc[j]);
+        acc *= scale;
+        if (var.softcap > 0.f) acc = var.softcap * std::tanh(acc / var.softcap);
+        sc[x] = acc;
+        m = std::max(m, sc[x]);
       }
-      double l = 0;
-      for (int j = 0; j < limit; ++j) l += (sc[j] = std::exp(sc[j] - m));
+      const double sink = var.sinks && i < q_len ? double(vd.sinks[size_t(bb) * c.hq + h]) : -INFINITY;
+      m = std::max(m, sink);
+      double l = sink > -INFINITY ? std::exp(sink - m) : 0.0;
+      for (auto& x : sc) l += (x = std::exp(x - m));
       for (int t = 0; t < c.d; ++t) {
         double acc = 0;
-        for (int j = 0; j < limit; ++j)
-          acc += sc[j] * double(from_bits(hv[((size_t(bb) * c.sk + j) * c.hkv + kvh) * c.d + t], c.bf16));
-        ref_o[r * c.d + t] = limit > 0 ? acc / l : 0.0;
+        for (size_t x = 0; x < vis.size(); ++x)
+          acc += sc[x] * double(from_bits(hv[((size_t(bb) * c.sk + vis[x]) * c.hkv + kvh) * c.d + t], c.bf16));
+        ref_o[r * c.d + t] = vis.empty() ? 0.0 : acc / l;
       }
-      ref_lse[r] = limit > 0 ? m + std::log(l) : -INFINITY;
+      ref_lse[r] = m == -INFINITY ? -INFINITY : m + std::log(l);
     }
   }
 
@@ -151,14 +289,38 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   CHECK_CUDA(cudaMemcpy(dq, hq.data(), nq * 2, cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemcpy(dk, hk.data(), nk * 2, cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemcpy(dv, hv.data(), nk * 2, cudaMemcpyHostToDevice));
+  std::vector<void*> device_arrays;
+  auto upload = [&](const auto& host) -> const typename std::decay_t<decltype(host)>::value_type* {
+    using V = typename std::decay_t<decltype(host)>::value_type;
+    if (host.empty()) return nullptr;
+    void* d = nullptr;
+    CHECK_CUDA(cudaMalloc(&d, host.size() * sizeof(V)));
+    CHECK_CUDA(cudaMemcpy(d, host.data(), host.size() * sizeof(V), cudaMemcpyHostToDevice));
+    device_arrays.push_back(d);
+    return static_cast<const V*>(d);
+  };
   FwdProblem p{};
   static_cast<fa4::hopper::ProblemShape&>(p) = {c.b, c.sq, c.sk, c.hq, c.hkv, c.d,
                                                 c.bf16 ? Dtype::kBf16 : Dtype::kF16, scale, c.causal};
+  fa4::hopper::AttentionVariant& av = p.variant;
+  av.window_left = var.left;
+  av.window_right = var.right;
+  av.softcap = var.softcap;
+  av.q_lengths = var.lengths == 1 ? upload(vd.q_len) : nullptr;
+  av.kv_lengths = upload(vd.kv_len);
+  av.q_segment_ids = upload(vd.q_ids);
+  av.kv_segment_ids = upload(vd.kv_ids);
+  av.q_segment_ranges = upload(vd.q_ranges);
+  av.kv_segment_ranges = upload(vd.kv_ranges);
+  av.sinks = upload(vd.sinks);
   p.q = dq;
   p.k = dk;
   p.v = dv;
   p.o = dout;
   p.lse = dlse;
+  // The soft cap's tanh.approx has a relative error of about 2^-11: up to softcap * 2^-11 on a
+  // score, which the LSE takes over and O feels relative to its size.
+  const double cap_err = var.softcap > 0.f ? var.softcap * std::ldexp(1.0, -10) : 0.0;
   int failures = 0;
   for (const Runner* runner : runners) {
     if (!runs_at(*runner, c.d)) continue;
@@ -200,19 +362,20 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
           max_err = std::max(max_err, std::isfinite(got) ? std::fabs(got - ref_o[r * c.d + t]) : 1e30);
         }
         const float got_lse = hl[(size_t(bb) * c.hq + h) * c.sq + i];
-        if (ref_limit[r] > 0) {
+        if (ref_lse[r] > -INFINITY) {
           max_lse_err = std::max(max_lse_err, std::isfinite(got_lse) ? std::fabs(got_lse - ref_lse[r]) : 1e30);
         } else if (!(std::isinf(got_lse) && got_lse < 0)) {
-          lse_bad++;
+          lse_bad++;  // a row with no visible key (and no sink), or a padding row: -inf
         }
       }
     }
     size_t lse_nan = 0;
     for (auto x : hl) lse_nan += std::isnan(x);
     // Output rounding alone is 2^-9 (bf16) / 2^-12 (fp16) relative; P is rounded the same way.
-    const double tol = c.bf16 ? 2.5e-2 : 4e-3;
+    const double tol = (c.bf16 ? 2.5e-2 : 4e-3) + 2 * cap_err;
+    const double lse_tol = 2e-3 + cap_err;
     const bool pass = nonfinite == 0 && lse_nan == 0 && lse_bad == 0 && max_err <= tol &&
-                      max_lse_err <= 2e-3 && same;
+                      max_lse_err <= lse_tol && same;
     *worst_ratio = std::max(*worst_ratio, max_err / tol);
     failures += !pass;
     std::printf("%s [%s] %-55s max|o-ref| %.3e (tol %.1e)  max|lse-ref| %.2e  nonfinite %zu  lse_nan %zu  empty-row-lse-bad %zu  %s\n",
@@ -221,6 +384,7 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
     std::fflush(stdout);
   }
   cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout); cudaFree(dlse);
+  for (void* d : device_arrays) cudaFree(d);
   return failures;
 }
 
@@ -357,7 +521,7 @@ static std::vector<std::string> split(const std::string& t) {  // "a,b c" -> {"a
 }
 
 int main(int argc, char** argv) {
-  bool do_bench = false, do_check = true, quick = false;
+  bool do_bench = false, do_check = true, quick = false, variants = true, dense_cases = true;
   std::vector<int> seqs = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> only_d;
   std::vector<const Runner*> runners;
@@ -366,6 +530,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--bench")) do_bench = true;
     if (!std::strcmp(argv[i], "--no-check")) do_check = false;
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--no-variants")) variants = false;
+    if (!std::strcmp(argv[i], "--variants-only")) dense_cases = false;
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = parse_list(argv[++i]);
     if (!std::strcmp(argv[i], "--configs") && i + 1 < argc) {
@@ -411,7 +577,7 @@ int main(int argc, char** argv) {
     };
     uint64_t seed = 1;
     for (int d : dims)
-      for (int bf16 = 1; bf16 >= (quick ? 1 : 0); --bf16)
+      for (int bf16 = 1; bf16 >= (quick ? 1 : 0) && dense_cases; --bf16)
         for (int causal = 0; causal < 2; ++causal)
           for (Case c : shapes) {
             // --quick: a ragged GQA shape, a multi-block one and an empty key range.
@@ -422,6 +588,67 @@ int main(int argc, char** argv) {
             if (c.sk < 0) c.sk = 40000 * 64 / d;
             failures += run_case(c, seed++, &worst, runners, &total);
           }
+    // The attention variants: b, sq, sk, hq, hkv, (d), (dtype), causal, growth, variant.
+    auto win = [](int left, int right) {
+      Variant v;
+      v.left = left;
+      v.right = right;
+      return v;
+    };
+    auto with = [](Variant v, int lengths, int segments, float softcap, bool sinks) {
+      v.lengths = lengths;
+      v.segments = segments;
+      v.softcap = softcap;
+      v.sinks = sinks;
+      return v;
+    };
+    const Variant none;
+    const Case variant_cases[] = {
+        // Sliding windows: causal (w, 0) and two-sided, over several blocks (block skipping at
+        // both ends of the band), one of them long enough that most key blocks are skipped.
+        {2, 1000, 1000, 2, 1, 0, true, true, 0.f, win(64, 0)},
+        {1, 777, 1200, 4, 2, 0, true, false, 0.f, win(300, 100)},
+        {1, 4000, 4000, 2, 2, 0, true, true, 0.f, win(1024, 0)},
+        {1, 700, 300, 2, 1, 0, true, false, 0.f, win(kUnb, 40)},
+        {1, 300, 700, 2, 1, 0, true, false, 0.f, win(40, kUnb)},
+        // A band that misses the diagonal (ring attention's negative bounds): many empty rows.
+        {1, 500, 500, 2, 2, 0, true, false, 0.f, win(-50, 100)},
+        {1, 500, 640, 2, 2, 0, true, false, 0.f, win(200, -130)},
+        // Query / key lengths (padding rows, padding query tiles, an empty batch entry), causal
+        // and not, kv lengths alone.
+        {4, 500, 700, 2, 1, 0, true, false, 0.f, with(none, 1, 0, 0.f, false)},
+        {4, 700, 500, 2, 2, 0, true, true, 0.f, with(none, 1, 0, 0.f, false)},
+        {3, 300, 1000, 4, 2, 0, true, true, 0.f, with(none, 2, 0, 0.f, false)},
+        // Segment ids: sorted (packed documents: blocks between documents skipped), causal and
+        // not; unsorted (exact, less skipping); separate q / kv ids of different lengths.
+        {2, 1500, 1500, 2, 1, 0, true, true, 0.f, with(none, 0, 1, 0.f, false)},
+        {1, 1000, 1000, 2, 2, 0, true, false, 0.f, with(none, 0, 1, 0.f, false)},
+        {1, 600, 600, 2, 2, 0, true, false, 0.f, with(none, 0, 2, 0.f, false)},
+        {2, 300, 900, 2, 1, 0, true, false, 0.f, with(none, 0, 1, 0.f, false)},
+        // Soft cap, saturating (5) and mild (30), dense and causal.
+        {1, 500, 800, 2, 1, 0, true, false, 0.f, with(none, 0, 0, 30.f, false)},
+        {2, 600, 600, 2, 2, 0, true, true, 0.f, with(none, 0, 0, 5.f, false)},
+        // Sinks: dense, causal, and with a band that leaves rows empty (o 0, lse = sink).
+        {2, 400, 400, 4, 2, 0, true, false, 0.f, with(none, 0, 0, 0.f, true)},
+        {1, 500, 300, 2, 1, 0, true, true, 0.f, with(none, 0, 0, 0.f, true)},
+        {1, 500, 500, 2, 2, 0, true, false, 0.f, with(win(-50, 100), 0, 0, 0.f, true)},
+        // Everything together, GQA.
+        {3, 900, 1100, 4, 2, 0, true, true, 0.f, with(win(256, 0), 1, 1, 20.f, true)},
+        {4, 700, 700, 4, 1, 0, true, false, 0.f, with(win(128, 64), 1, 2, 0.f, true)},
+        {2, 1000, 1000, 2, 2, 0, true, true, 0.f, with(win(300, 0), 0, 1, 0.f, false)},
+    };
+    for (int d : dims)
+      for (int bf16 = 1; bf16 >= (quick ? 1 : 0) && variants; --bf16)
+        for (size_t k = 0; k < sizeof(variant_cases) / sizeof(variant_cases[0]); ++k) {
+          Case c = variant_cases[k];
+          // --quick: a window with lengths and sorted ids (the combination case) and sinks with
+          // empty rows; fp16 only for half of the cases (the kernels are dtype-generic).
+          if (quick && !(k == 19 || k == 18)) continue;
+          if (!bf16 && k % 2) continue;
+          c.d = d;
+          c.bf16 = bf16;
+          failures += run_case(c, seed++, &worst, runners, &total);
+        }
     std::printf("\n%d/%d cases passed (case x configuration runs); worst max-error / tolerance = %.3f\n", total - failures,
                 total, worst);
   }
