@@ -220,11 +220,10 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   const TileMask<M> mask = fwd_tile_mask<M>(args, batch);
   const int wg = threadIdx.x / 128;
   const int lane = threadIdx.x % 32;
-  // The tile's key blocks (warp-collective under kVariant). The variant's range is computed after
-  // setmaxnreg, by the producer's warp 0 and every consumer warp: computed before, at the entry's
-  // register budget, ptxas kept it in local memory across the register hand-over.
-  int begin = 0, end = 0;
-  if constexpr (M != MaskKind::kVariant) tile_key_blocks<Cfg::block_n()>(mask, m0, Cfg::block_m(), lane, &begin, &end);
+  // Every warp computes the tile's key blocks (warp-collective under kVariant), at the entry's
+  // register budget (computed after setmaxnreg, the hd256 variant consumer spilled more).
+  int begin, end;
+  tile_key_blocks<Cfg::block_n()>(mask, m0, Cfg::block_m(), lane, &begin, &end);
 
   if (threadIdx.x == 0) {
     tma_prefetch_map(&tm_q);
@@ -236,9 +235,6 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
 
   if (wg == 0) {
     setmaxnreg_dec<Cfg::producer_regs()>();
-    if constexpr (M == MaskKind::kVariant) {
-      if (threadIdx.x < 32) tile_key_blocks<Cfg::block_n()>(mask, m0, Cfg::block_m(), lane, &begin, &end);
-    }
     if (threadIdx.x == 0 && end > begin) {
       TmaProducerPipeline<T, Cfg, true> k(sm.k_bars, sm.sK);
       TmaProducerPipeline<T, Cfg, false> v(sm.v_bars, sm.sV);
@@ -260,7 +256,6 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
-    if constexpr (M == MaskKind::kVariant) tile_key_blocks<Cfg::block_n()>(mask, m0, Cfg::block_m(), lane, &begin, &end);
     fwd_consumer<T, Cfg, M, SoftCap>(wg - 1, sm.sQ, sm.sK, sm.sV, sm.q_full, sm.k_bars, sm.v_bars, &tm_o, args, mask,
                                      m0, head, batch, begin, end);
   }

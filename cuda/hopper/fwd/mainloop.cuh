@@ -171,9 +171,9 @@ __device__ __forceinline__ void tile_key_blocks(const TileMask<M>& mask, int r0,
 // WgSkip: the key blocks [*mine_begin, *mine_end) warpgroup c computes of its tile's [begin, end):
 // none if its rows are all past seq_q (the last query tile's spare rows: never stored), else the
 // blocks its own 64 rows see (a sub-range: the band is monotone in the row). A warpgroup that
-// computes nothing gets [begin, begin), so pass_skipped_blocks passes the whole tile. The
-// warpgroup holding the tile's first (last) visible row computes the tile's first (last) block,
-// so every K/V stage is still waited on by someone before the producer may refill it. Read from
+// computes nothing gets [begin, begin), so pass_skipped_blocks passes the whole tile. Every
+// warpgroup still waits for and releases every K/V stage of [begin, end) (computed or passed), so
+// the rings' phases and the token ring stay in step whatever the ranges. Read from
 // lane 0, so the compiler knows the range is warp-uniform (else the main loop's trip count looks
 // divergent: wait loops get WARPSYNC / YIELD and the wgmma descriptors leave the uniform datapath,
 // +54 instructions per hd64 block). Without WgSkip: the tile's range.
