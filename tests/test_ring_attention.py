@@ -314,3 +314,216 @@ def test_error_kv_not_split_over_ring_axis():
             v,
             specs=(P(None, "x"), P(), P()),
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# Variants: window, segment ids, soft cap, sinks, lengths
+# ---------------------------------------------------------------------------------------------
+
+# Two rows of packed documents over 64 positions (8 per device): documents cross the blocks.
+_IDS = np.array([[0] * 10 + [1] * 30 + [2] * 24, [5] * 3 + [6] * 50 + [7] * 11], np.int32)
+_Q_LENS = np.array([40, 64], np.int32)
+_KV_LENS = np.array([17, 70], np.int32)  # 70 > 64: clamped
+
+# (name, layout, options); "ids", "q_lens", "kv_lens" and "sinks" stand for the arrays above.
+VARIANT_CASES = [
+    ("window-12-3-sinks", "contiguous", dict(local_window_size=(12, 3), sinks=True)),
+    ("causal-window-5", "contiguous", dict(causal=True, local_window_size=5)),
+    ("window-20", "contiguous", dict(local_window_size=20)),
+    ("window-none-4", "contiguous", dict(local_window_size=(None, 4))),
+    ("window-40-both-sides", "contiguous", dict(local_window_size=(40, 40))),
+    ("zigzag-window-30-9", "zigzag", dict(local_window_size=(30, 9), causal=True)),
+    ("zigzag-causal-ids-softcap", "zigzag", dict(causal=True, ids=True, logits_soft_cap=2.0)),
+    ("causal-ids-sinks", "contiguous", dict(causal=True, ids=True, sinks=True)),
+    ("window-ids", "contiguous", dict(local_window_size=(9, 0), ids=True)),
+    ("softcap", "contiguous", dict(logits_soft_cap=1.5)),
+    ("lengths-sinks", "contiguous", dict(q_lens=True, kv_lens=True, sinks=True)),
+    ("zigzag-lengths", "zigzag", dict(q_lens=True, kv_lens=True)),
+    ("kv-lengths-ids", "contiguous", dict(kv_lens=True, ids=True)),
+]
+QUICK_VARIANT_CASES = [VARIANT_CASES[0], VARIANT_CASES[6], VARIANT_CASES[10]]
+
+
+def _variant_args(opts: dict, hq: int):
+    """(keyword arguments of attention_reference over the whole sequence, sinks or None)."""
+    opts = dict(opts)
+    kw = {}
+    if opts.pop("ids", False):
+        kw["segment_ids"] = jnp.asarray(_IDS)
+    if opts.pop("q_lens", False):
+        kw["query_seq_lengths"] = jnp.asarray(_Q_LENS)
+    if opts.pop("kv_lens", False):
+        kw["key_value_seq_lengths"] = jnp.asarray(_KV_LENS)
+    sinks = None
+    if opts.pop("sinks", False):
+        sinks = jax.random.normal(jax.random.key(11), (hq,), jnp.float32) + 1.0
+    kw.update(opts)
+    return kw, sinks
+
+
+def _variant_ring(layout: str, kw: dict):
+    """Natural-order (q, k, v, sinks) -> (o, lse) through ring_attention with the variant options
+    `kw` (segment ids split like q, lengths and sinks replicated), shard_map(check_vma=True)."""
+    kw = dict(kw)
+    ids = kw.pop("segment_ids", None)
+    lens = {n: kw.pop(n) for n in ("query_seq_lengths", "key_value_seq_lengths") if n in kw}
+    zz = layout == "zigzag"
+
+    def body(q, k, v, ids, lens, sinks):
+        return jax_fa4.ring_attention(
+            q,
+            k,
+            v,
+            axis_name="x",
+            layout=layout,
+            return_lse=True,
+            segment_ids=ids,
+            sinks=sinks,
+            **lens,
+            **kw,
+        )
+
+    sm = jax.shard_map(
+        body,
+        mesh=_mesh(),
+        in_specs=(P(None, "x"),) * 4 + (P(), P()),
+        out_specs=(P(None, "x"), P(None, None, "x")),
+        check_vma=True,
+    )
+
+    def fn(q, k, v, sinks):
+        i = ids
+        if zz:
+            q, k, v = (jax_fa4.to_zigzag(x, N) for x in (q, k, v))
+            i = None if i is None else jax_fa4.to_zigzag(i, N)
+        o, lse = sm(q, k, v, i, lens, sinks)
+        if zz:
+            o, lse = jax_fa4.from_zigzag(o, N), jax_fa4.from_zigzag(lse, N, axis=2)
+        return o, lse
+
+    return fn
+
+
+def _outputs_and_grads(fn, argnums):
+    """One jitted call: ((o, lse), gradients of sum(o^2) + sum(sin(lse)) over the finite lse
+    entries (rows that see nothing have -inf))."""
+
+    def loss(q, k, v, sinks):
+        o, lse = fn(q, k, v, sinks)
+        finite = jnp.where(jnp.isfinite(lse), lse, 0.0)
+        return jnp.sum(o.astype(jnp.float32) ** 2) + jnp.sum(jnp.sin(finite)), (o, lse)
+
+    def run(*args):
+        (_, out), grads = jax.value_and_grad(loss, argnums=argnums, has_aux=True)(*args)
+        return out, grads
+
+    return jax.jit(run)
+
+
+@pytest.mark.parametrize(
+    ("name", "layout", "opts"),
+    params(VARIANT_CASES, QUICK_VARIANT_CASES, lambda c: c[0], unpack=True),
+)
+def test_ring_variants_by_rule(name, layout, opts):
+    """o, lse and the gradients (dq, dk, dv, d sinks) of the ring against the float64 reference
+    over the whole sequence, by the error rule (baseline: the reference in float32)."""
+    b, s, hq, hkv, d = 2, 64, 4, 2, 16
+    q, k, v = random_qkv(jax.random.key(len(name)), b, s, s, hq, hkv, d, d, jnp.float32)
+    kw, sinks = _variant_args(opts, hq)
+    argnums = (0, 1, 2, 3) if sinks is not None else (0, 1, 2)
+
+    def ref(compute_dtype):
+        return lambda q, k, v, sinks: attention_reference(
+            q, k, v, sinks=sinks, compute_dtype=compute_dtype, **kw
+        )
+
+    (o, lse), grads = _outputs_and_grads(_variant_ring(layout, kw), argnums)(q, k, v, sinks)
+    (o64, lse64), g64 = _outputs_and_grads(ref(jnp.float64), argnums)(q, k, v, sinks)
+    (o32, lse32), g32 = _outputs_and_grads(ref(jnp.float32), argnums)(q, k, v, sinks)
+    assert o.dtype == jnp.float32
+    assert_close_by_rule(f"ring {name} o", o, o64, o32, jnp.float32)
+    assert_close_by_rule(f"ring {name} lse", lse, lse64, lse32, jnp.float32, LSE_MIN_MAGNITUDE)
+    for gname, g, e, x in zip(("dq", "dk", "dv", "dsinks"), grads, g64, g32, strict=False):
+        assert g.dtype == jnp.float32
+        assert_close_by_rule(f"ring {name} {gname}", g, e, x, jnp.float32)
+
+
+def _primitive_counts(jaxpr, acc=None) -> dict[str, int]:
+    """How often each primitive appears in `jaxpr` (sub-jaxprs included)."""
+    acc = {} if acc is None else acc
+    for eqn in jaxpr.eqns:
+        acc[eqn.primitive.name] = acc.get(eqn.primitive.name, 0) + 1
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            _primitive_counts(sub, acc)
+    return acc
+
+
+@pytest.mark.parametrize(
+    ("window", "fwd_calls", "transfers"),
+    [((5, 0), 2, 1), ((12, 3), 4, 3), (None, N, N - 1)],
+)
+def test_window_skips_invisible_steps(window, fwd_calls, transfers):
+    """Local blocks of 8: a causal window of 5 sees the own block and the previous one (one
+    transfer); (12, 3) sees two earlier blocks and the next one (steps 0, 1, 2 and n - 1: the
+    next block comes the other way round); no window: the whole ring. No branches; each
+    transfer moves k and v (two ppermutes), the backward's dK/dV go home once per chain."""
+    q, k, v = random_qkv(jax.random.key(5), 1, 64, 64, 2, 2, 16, 16, jnp.float32)
+    fn = jax.shard_map(
+        lambda q, k, v: jax_fa4.ring_attention(q, k, v, axis_name="x", local_window_size=window),
+        mesh=_mesh(),
+        in_specs=P(None, "x"),
+        out_specs=P(None, "x"),
+    )
+    counts = _primitive_counts(jax.make_jaxpr(fn)(q, k, v).jaxpr)
+    assert counts["fa4_fwd"] == fwd_calls and counts["ppermute"] == 2 * transfers, counts
+    assert "cond" not in counts and "switch" not in counts
+    grad = jax.grad(lambda q, k, v: jnp.sum(fn(q, k, v)), argnums=(0, 1, 2))
+    counts = _primitive_counts(jax.make_jaxpr(grad)(q, k, v).jaxpr)
+    assert counts["fa4_bwd"] == fwd_calls, counts
+
+
+def test_error_lengths_with_causal_or_window():
+    q, k, v = random_qkv(jax.random.key(7), 2, 16, 16, 2, 2, 16, 16, jnp.float32)
+    lens = jnp.array([5, 16], jnp.int32)
+    for kw, what in ((dict(causal=True), "causal=True"), (dict(local_window_size=3), "window")):
+        match = f"key_value_seq_lengths cannot be combined with .*{what}"
+        with pytest.raises(ValueError, match=match):
+            _in_shard_map(
+                lambda q, k, v, kw=kw: jax_fa4.ring_attention(
+                    q, k, v, axis_name="x", key_value_seq_lengths=lens, **kw
+                ),
+                q,
+                k,
+                v,
+            )
+
+
+def test_error_window_needs_equal_lengths():
+    q, _, _ = random_qkv(jax.random.key(7), 1, 16, 16, 2, 2, 16, 16, jnp.float32)
+    _, k, v = random_qkv(jax.random.key(7), 1, 32, 32, 2, 2, 16, 16, jnp.float32)
+    with pytest.raises(ValueError, match="local_window_size needs q and k to hold the same"):
+        _in_shard_map(
+            lambda q, k, v: jax_fa4.ring_attention(q, k, v, axis_name="x", local_window_size=4),
+            q,
+            k,
+            v,
+        )
+
+
+def test_error_bad_variant_arguments():
+    """The public checks of jax_fa4.attention (here on the local blocks)."""
+    q, k, v = random_qkv(jax.random.key(7), 1, 16, 16, 2, 2, 16, 16, jnp.float32)
+    bad = [
+        (dict(local_window_size=-1), "non-negative"),
+        (dict(logits_soft_cap=0.0), "logits_soft_cap"),
+        (dict(sinks=jnp.zeros((3,))), "sinks must have shape"),
+        (dict(segment_ids=jnp.zeros((1, 16), jnp.int32)), "segment_ids must have shape"),
+    ]
+    for kw, match in bad:
+        with pytest.raises(ValueError, match=match):
+            _in_shard_map(
+                lambda q, k, v, kw=kw: jax_fa4.ring_attention(q, k, v, axis_name="x", **kw),
+                q,
+                k,
+                v,
+            )
