@@ -83,7 +83,7 @@ inline ffi::Error decode_qkv(const char* pass, const ffi::AnyBuffer& q, const ff
 
 inline ffi::Error check_scale(const char* pass, double scale) {
   if (!(std::isfinite(scale) && scale > 0.0))
-    return invalid(pass, "softmax_scale must be positive and finite; got " + std::to_string(scale));
+    return invalid(pass, "softmax_scale must be positive and finite; got " + ffi_text::num_str(scale));
   return ffi::Error::Success();
 }
 
@@ -217,12 +217,12 @@ inline ffi::Error decode_variant(const char* pass, const Dims& d, const VariantO
   using ffi::DataType;
   *v = fa4::hopper::AttentionVariant{};
   if (!(std::isfinite(softcap) && softcap >= 0.0))
-    return invalid(pass, "softcap must be 0 (none) or positive and finite; got " + std::to_string(softcap));
+    return invalid(pass, "softcap must be 0 (none) or positive and finite; got " + ffi_text::num_str(softcap));
   v->window_left = clamp_window(window_left);
   v->window_right = clamp_window(window_right);
   v->softcap = static_cast<float>(softcap);
   if (softcap > 0.0 && !(v->softcap > 0.f && std::isfinite(v->softcap)))
-    return invalid(pass, "softcap " + std::to_string(softcap) + " is not representable as a positive float32");
+    return invalid(pass, "softcap " + ffi_text::num_str(softcap) + " is not representable as a positive float32");
   bool present = false;
   if (ops.q_lengths) {
     if (auto e = check_optional(pass, "q_lengths", *ops.q_lengths, DataType::S32, "[batch]", {d.batch}, &present);

@@ -1,6 +1,7 @@
 // How the handlers name shapes and dtypes in their error messages (CPU and CUDA alike).
 #pragma once
 
+#include <cstdio>
 #include <string>
 
 #include "xla/ffi/api/ffi.h"
@@ -11,6 +12,13 @@ inline std::string dims_str(xla::ffi::Span<const int64_t> d) {
   std::string s = "[";
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
   return s + "]";
+}
+
+// A double as the shortest text that names it (9 significant digits; "inf", "nan" as they are).
+inline std::string num_str(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", x);
+  return buf;
 }
 
 inline std::string dtype_str(xla::ffi::DataType t) {
