@@ -96,16 +96,22 @@ JAX_FA4_HOT void forward_block(const float* q, int64_t rows, const float* kt, co
   matmul(q, d, kt, kBlockK, s, kBlockK, rows, d, width, /*accumulate=*/false);
   for (int64_t i = 0; i < rows; ++i) {
     float* si = s + i * kBlockK;
-    mod.logits(si, cols);
     if (vis) {
       const uint8_t* vr = vis + i * kVisStride;
+      bool any = false;
+      for (int64_t j = 0; j < cols; ++j) any |= vr[j] != 0;
+      if (!any) {  // this row sees no key of the block: its state stays as it is
+        std::fill(si, si + cols, 0.0f);
+        continue;
+      }
+      mod.logits(si, cols);
       for (int64_t j = 0; j < cols; ++j) si[j] = vr[j] ? si[j] : kNegInf;
+    } else {
+      mod.logits(si, cols);
     }
+    // A NaN logit of a visible key (a NaN in this row's q, or in that key's k) reaches the row
+    // through the exponentials below, as the arithmetic says it should.
     const float mx = row_max(si, cols, m[i]);
-    if (mx == kNegInf) {  // nothing visible to this row so far: its state stays empty
-      std::fill(si, si + cols, 0.0f);
-      continue;
-    }
     for (int64_t j = 0; j < cols; ++j) si[j] = exp2_approx(si[j] - mx);  // exp2(-inf) = 0
     const float alpha = exp2_approx(m[i] - mx);  // m[i] = -inf at the start: alpha = 0
     float* acc_i = acc + i * dv;
