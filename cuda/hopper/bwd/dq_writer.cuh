@@ -22,6 +22,7 @@
 
 #include "hopper/bwd/args.cuh"
 #include "hopper/bwd/scheduler.cuh"
+#include "hopper/bwd/variant.cuh"
 #include "hopper/ptx/barrier.cuh"
 #include "hopper/ptx/bulk_copy.cuh"
 #include "hopper/ptx/mbarrier.cuh"
@@ -56,6 +57,7 @@ template <class Cfg>
 __device__ __forceinline__ int bwd_dq_rank_variant(const BwdArgs& args, const TileMask<MaskKind::kVariant>& mask,
                                                    int n, int m) {
   int count = 0;
+#pragma unroll 1
   for (int np = n + 1 + int(threadIdx.x % 32); np < args.n_blocks; np += 32) {
     int b, e;
     bwd_variant_query_blocks<Cfg>(mask, false, np * Cfg::block_n(), &b, &e);
@@ -142,7 +144,8 @@ __device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args
       // kVariant: the rank by the whole warp (bwd_dq_rank_variant is collective).
       int vrank = 0;
       if constexpr (K == MaskKind::kVariant) {
-        if (sem) vrank = bwd_dq_rank_variant<Cfg>(args, TileMask<K>(args.mask, batch), n0 / Cfg::block_n(), m);
+        // The mask from consumer warp 0's shared copy (written before its first DqFull arrival).
+        if (sem) vrank = bwd_dq_rank_variant<Cfg>(args, bwd_variant_mask<Cfg>(smem, args, 0), n0 / Cfg::block_n(), m);
       }
       if (lane == 0) {
         int rank;

@@ -29,20 +29,13 @@
 #include "hopper/bwd/mainloop.cuh"
 #include "hopper/bwd/producer.cuh"
 #include "hopper/bwd/scheduler.cuh"
+#include "hopper/bwd/variant.cuh"
 #include "hopper/common/pipeline.cuh"
 #include "hopper/ptx/mbarrier.cuh"
 #include "hopper/ptx/tma.cuh"
 #include "hopper/ptx/wgmma.cuh"
 
 namespace fa4::hopper {
-
-// The producer warpgroup's registers: the configuration's, or for kVariant whatever the two
-// consumer warpgroups leave of the 512 (the loader and the writer evaluate the variant's ranges,
-// and the writer its deterministic ranks).
-template <class Cfg, MaskKind K>
-constexpr int bwd_producer_regs() {
-  return K == MaskKind::kVariant ? 512 - Cfg::consumer_warpgroups() * Cfg::consumer_regs() : Cfg::producer_regs();
-}
 
 // Shared memory: Cfg's tiles, then at Cfg::barrier_offset() kv_full, the Q ring's and the dO
 // ring's barriers; the persistent kernel's kv_empty, tile_full[2], tile_empty[2] and the two

@@ -28,6 +28,7 @@
 #include "hopper/bwd/dq_writer.cuh"
 #include "hopper/bwd/producer.cuh"
 #include "hopper/bwd/scheduler.cuh"
+#include "hopper/bwd/variant.cuh"
 #include "hopper/common/mask.cuh"
 #include "hopper/common/numeric.cuh"
 #include "hopper/common/pipeline.cuh"
@@ -156,6 +157,46 @@ __device__ __forceinline__ void kv80_write_rows(void* out, const uint8_t* stage,
   }
 }
 
+// The packed-pair mask of pair k (entries 2k, 2k + 1) from a visibility word.
+__device__ __forceinline__ uint32_t kv80_keep(uint32_t vis, int k) {
+  const uint32_t lo = 0u - ((vis >> (2 * k)) & 1u), hi = 0u - ((vis >> (2 * k + 1)) & 1u);
+  return (lo & 0x0000ffffu) | (hi & 0xffff0000u);
+}
+
+// kVariant: the visibility of a thread's entries (query rows query0, query0 + 8; keys
+// key0 + 8j + e), bit 4j + 2i + e, from the warp's shared mask copy, in a rolled loop (few live
+// registers beside dK and dV).
+template <class Cfg>
+__device__ __forceinline__ uint32_t kv80_variant_visibility(uint8_t* smem, const BwdArgs& args, int query0,
+                                                            int key0) {
+  asm volatile("" : "+r"(query0), "+r"(key0));  // nothing hoisted out of the main loop
+  const TileMask<MaskKind::kVariant> mask = bwd_variant_mask<Cfg>(smem, args);
+  const bool seg = mask.q_ids != nullptr;
+  int lo[2], hi[2], qid[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int query = query0 + 8 * i;
+    lo[i] = mask.key_lo(query);
+    hi[i] = query < mask.q_len ? mask.key_hi(query) : 0;
+    qid[i] = seg ? __ldg(mask.q_ids + min(query, args.seq_q - 1)) : 0;
+  }
+  uint32_t vis = 0;
+#pragma unroll 1
+  for (int j = 0; j < 5; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = key0 + 8 * j + e;
+      const int kid = seg ? __ldg(mask.kv_ids + min(key, args.seq_k - 1)) : 0;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const bool visible = key >= lo[i] && key < hi[i] && kid == qid[i];
+        vis |= uint32_t(visible ? 1 : 0) << (4 * j + 2 * i + e);
+      }
+    }
+  }
+  return vis;
+}
+
 // The consumers' steps. Masking, the NaN-safe selects and the soft cap as in bwd_p_ds
 // (mainloop.cuh), in this kernel's layout (a thread holds query rows qrow, qrow + 8 and keys
 // key0 + 8j + e); the soft cap's 1 - t^2 waits in gk as packed halves.
@@ -181,18 +222,12 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
   }
 
   constexpr bool Causal = K == MaskKind::kCausal;
-  const TileMask<K> mask = [&] {
-    if constexpr (K == MaskKind::kVariant) {
-      return TileMask<K>(args.mask, batch);
-    } else {
-      return TileMask<K>(args.seq_q, args.seq_k);
-    }
-  }();
   int m_begin, m_end;
+  bwd_query_blocks<Cfg, K>(args, batch, n0, &m_begin, &m_end);
+  // kVariant: the tile's mask facts into the warp's shared copy (variant.cuh).
   if constexpr (K == MaskKind::kVariant) {
-    bwd_variant_query_blocks<Cfg>(mask, !args.deterministic, n0, &m_begin, &m_end);
-  } else {
-    bwd_query_blocks<Cfg, K>(args, batch, n0, &m_begin, &m_end);
+    bwd_write_variant_facts<Cfg>(smem, TileMask<K>(args.mask, batch), n0, n0 + Cfg::block_n(),
+                                 bwd_q_ranges(args, batch), m_begin, m_end);
   }
   const bool any = m_end > m_begin;
   if (any) mbarrier_wait(kv_full, 0);
@@ -204,7 +239,18 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
   for (int g = 0; any && g < args.group; ++g) {
     const int head = kv_head * args.group + g;
     float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
-    for (int m = m_begin; m < m_end; ++m, ++step) {
+    // kVariant: the range from the warp's shared copy (the narrowed range cannot be recomputed
+    // from the kernel arguments, and kept in registers it spilled).
+    auto range_end = [&] {
+      if constexpr (K == MaskKind::kVariant) {
+        return int(bwd_variant_slot<Cfg>(smem)->m_end);
+      } else {
+        return m_end;
+      }
+    };
+    int m_first = m_begin;
+    if constexpr (K == MaskKind::kVariant) m_first = bwd_variant_slot<Cfg>(smem)->m_begin;
+    for (int m = m_first; m < range_end(); ++m, ++step) {
       const int m0 = m * BM;
       const uint8_t* q_tile = q.get();
       const uint8_t* do_tile = dO.get();
@@ -227,7 +273,7 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
       // P = 2^(S scale log2e - lse2[query]) (masked keys exactly 0), then dS = P (dP - delta').
       bool need_mask;
       if constexpr (K == MaskKind::kVariant) {
-        need_mask = mask.needs_mask(m0, min(m0 + BM, args.seq_q), n0, n0 + Cfg::block_n());
+        need_mask = bwd_variant_needs_mask<Cfg>(smem, m0, args.seq_q);
       } else {
         need_mask =
             n0 + Cfg::block_n() > args.seq_k || (Causal && n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q);
@@ -262,35 +308,19 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
           if constexpr (SoftCap) gk[2 * j + i] = pack2<__half>(fmaf(-t[0], t[0], 1.f), fmaf(-t[1], t[1], 1.f));
         }
       }
-      if constexpr (K == MaskKind::kVariant) {
-        if (need_mask) {
-          const bool seg = mask.q_ids != nullptr;
-          int lo[2], hi[2], qid[2];
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const int query = m0 + qrow + 8 * i;
-            lo[i] = mask.key_lo(query);
-            hi[i] = query < mask.q_len ? mask.key_hi(query) : 0;
-            qid[i] = seg ? __ldg(mask.q_ids + min(query, args.seq_q - 1)) : 0;
-          }
-#pragma unroll
-          for (int j = 0; j < 5; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = key0 + 8 * j + e;
-              const int kid = seg ? __ldg(mask.kv_ids + min(key, args.seq_k - 1)) : 0;
-#pragma unroll
-              for (int i = 0; i < 2; ++i) {
-                const bool visible = key >= lo[i] && key < hi[i] && kid == qid[i];
-                if (!visible) s[4 * j + 2 * i + e] = 0.f;
-              }
-            }
-          }
-        }
-      }
       uint32_t pk[10];
 #pragma unroll
       for (int k = 0; k < 10; ++k) pk[k] = pack2<T>(s[2 * k], s[2 * k + 1]);
+      // kVariant, masked step: the visibility of this thread's 20 entries (bit 4j + 2i + e), applied
+      // to the packed P here and to the packed dS below.
+      uint32_t vis = ~0u;
+      if constexpr (K == MaskKind::kVariant) {
+        if (need_mask) {
+          vis = kv80_variant_visibility<Cfg>(smem, args, m0 + qrow, key0);
+#pragma unroll
+          for (int k = 0; k < 10; ++k) pk[k] &= kv80_keep(vis, k);
+        }
+      }
       kv80_store_transposed<Cfg>(pt, pk, c, warp, lane);
       const float d[2] = {delta[qrow], delta[qrow + 8]};
       wgmma_wait<0>();
@@ -305,12 +335,18 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
           d0 *= __low2float(g);
           d1 *= __high2float(g);
         }
-        if (need_mask) {
-          // Masked (P == 0) entries: dS = 0 by select (dP may hold an invisible row's NaN).
-          d0 = s[2 * k] == 0.f ? 0.f : d0;
-          d1 = s[2 * k + 1] == 0.f ? 0.f : d1;
-        }
         pk[k] = pack2<T>(d0, d1);
+        if (need_mask) {
+          // Masked entries: dS = 0 by select (dP may hold an invisible row's NaN). kDense /
+          // kCausal: where P is 0 (their mask zeroed it in the float loop); kVariant: by vis.
+          if constexpr (K == MaskKind::kVariant) {
+            pk[k] &= kv80_keep(vis, k);
+          } else {
+            d0 = s[2 * k] == 0.f ? 0.f : d0;
+            d1 = s[2 * k + 1] == 0.f ? 0.f : d1;
+            pk[k] = pack2<T>(d0, d1);
+          }
+        }
       }
       kv80_store_transposed<Cfg>(dst, pk, c, warp, lane);
       // Generic-proxy stores -> wgmma reads, across both warpgroups (each reads all 80 keys).
@@ -344,7 +380,7 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
                         : nullptr;
       int dq_rank = 0;
       if constexpr (K == MaskKind::kVariant) {
-        if (dq_sem) dq_rank = bwd_dq_rank_variant<Cfg>(args, mask, n0 / Cfg::block_n(), m);
+        if (dq_sem) dq_rank = bwd_dq_rank_variant<Cfg>(args, bwd_variant_mask<Cfg>(smem, args), n0 / Cfg::block_n(), m);
       } else {
         dq_rank = dq_sem ? bwd_dq_rank<Cfg, K>(args, n0 / Cfg::block_n(), m) : 0;
       }
@@ -403,7 +439,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   __syncthreads();
 
   if (wg == 0) {
-    setmaxnreg_dec<Cfg::producer_regs()>();
+    setmaxnreg_dec<bwd_producer_regs<Cfg, K>()>();
     // kVariant: the range by whole warps (the segment narrowing is warp-collective); the other
     // kinds compute it in the loader thread only, as before.
     int m_begin = 0, m_end = 0;

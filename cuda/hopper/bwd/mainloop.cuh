@@ -154,49 +154,47 @@ __device__ __forceinline__ uint32_t nonzero_halves(uint32_t x) {
 // dS^T = P^T * (dP^T - delta'[query]), both packed to the input dtype for the dV / dK products.
 // query0 = this thread's first query column; lse_cols / delta_cols = its vectors in shared memory.
 //
-// need_mask (a partial tile; the caller runs one copy of this code per value, so the unmasked
-// one carries no test at all): masked entries get P = 0 and dS = 0 by select, never by a product
+// need_mask (a partial tile): masked entries get P = 0 and dS = 0 by select, never by a product
 // with 0, so a NaN / Inf in an invisible score or in the dP of an invisible pair (its V or dO row)
 // reaches neither.
 //   kDense / kCausal: P = 0 selected inline (the sequence end and the causal diagonal); dS is
 //     cleared after the packing where the packed P is 0 (for a visible entry whose P underflowed
 //     to 0, dS = 0 * (dP - delta) is 0 anyway when that is finite).
 //   kVariant: the caller follows this (need_mask = false) with bwd_variant_mask_pds.
-// SoftCap: S' = c tanh(u), u = S * softmax_scale / c; P = 2^(c log2(e) t - lse2) and
-// dS = P (dP - delta) (1 - t^2), the chain rule through the cap (softmax_scale is applied to dK
-// in the epilogue and to dQ in the postprocess, as without the cap). 1 - t^2 waits in the dS
-// registers as packed halves (2^-11 relative, on a factor in [0, 1]): 32 floats more would not
-// fit beside dK and dV.
-template <class T, class Cfg, MaskKind K, bool SoftCap, bool need_mask, int NS>
+// SoftCap (kVariant only): S' = c tanh(u), u = S * softmax_scale / c; P = 2^(c log2(e) t - lse2)
+// and dS = P (dP - delta) (1 - t^2), the chain rule through the cap (softmax_scale is applied to
+// dK in the epilogue and to dQ in the postprocess, as without the cap). t replaces S in its
+// registers and P is formed in the dS loop, so the cap costs no register.
+template <class T, class Cfg, MaskKind K, bool SoftCap, int NS>
 __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 2], uint32_t (&pf)[NS / 4],
                                          uint32_t (&dsf)[NS / 4], const BwdArgs& args, const float* lse_cols,
-                                         const float* delta_cols, int key_row0, int query0, uint8_t* smem) {
+                                         const float* delta_cols, bool need_mask, int key_row0, int query0) {
   constexpr bool Causal = K == MaskKind::kCausal;
+  static_assert(!SoftCap || K == MaskKind::kVariant, "soft-capped problems run the kVariant mask");
   wgmma_wait<1>();
   fence_regs(st);
+  if constexpr (SoftCap) {
+    // t = tanh(u) in place of S; P follows in the dS loop (the exponentials move after the dP
+    // wait, the MUFU count is the same, and no register holds 1 - t^2 meanwhile).
 #pragma unroll
-  for (int j = 0; j < NS / 8; ++j) {
-    const float2 l = *reinterpret_cast<const float2*>(lse_cols + 8 * j);
+    for (int k = 0; k < NS / 2; ++k) st[k] = tanh_approx(st[k] * args.softcap_scale);
+  } else {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float t[2];
+    for (int j = 0; j < NS / 8; ++j) {
+      const float2 l = *reinterpret_cast<const float2*>(lse_cols + 8 * j);
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float p;
-        if constexpr (SoftCap) {
-          t[e] = tanh_approx(st[4 * j + 2 * i + e] * args.softcap_scale);
-          p = exp2_approx(fmaf(t[e], args.softcap_log2, -(e ? l.y : l.x)));
-        } else {
-          p = exp2_approx(fmaf(st[4 * j + 2 * i + e], args.scale_log2, -(e ? l.y : l.x)));
+      for (int i = 0; i < 2; ++i) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float p = exp2_approx(fmaf(st[4 * j + 2 * i + e], args.scale_log2, -(e ? l.y : l.x)));
+          if (K != MaskKind::kVariant && need_mask) {
+            const int key = key_row0 + 8 * i;
+            const int query = query0 + 8 * j + e;
+            if (key >= args.seq_k || (Causal && key > query + args.seq_k - args.seq_q)) p = 0.f;
+          }
+          st[4 * j + 2 * i + e] = p;
         }
-        if constexpr (K != MaskKind::kVariant && need_mask) {
-          const int key = key_row0 + 8 * i;
-          const int query = query0 + 8 * j + e;
-          if (key >= args.seq_k || (Causal && key > query + args.seq_k - args.seq_q)) p = 0.f;
-        }
-        st[4 * j + 2 * i + e] = p;
       }
-      if constexpr (SoftCap) dsf[2 * j + i] = pack2<__half>(fmaf(-t[0], t[0], 1.f), fmaf(-t[1], t[1], 1.f));
     }
   }
   wgmma_wait<0>();
@@ -204,17 +202,21 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
 #pragma unroll
   for (int j = 0; j < NS / 8; ++j) {
     const float2 dl = *reinterpret_cast<const float2*>(delta_cols + 8 * j);
+    float2 l;
+    if constexpr (SoftCap) l = *reinterpret_cast<const float2*>(lse_cols + 8 * j);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int k = 4 * j + 2 * i + e;
-        float d = st[k] * (dpt[k] - (e ? dl.y : dl.x));
         if constexpr (SoftCap) {
-          const __half2 g = *reinterpret_cast<const __half2*>(&dsf[2 * j + i]);
-          d *= e ? __high2float(g) : __low2float(g);
+          const float t = st[k];
+          const float p = exp2_approx(fmaf(t, args.softcap_log2, -(e ? l.y : l.x)));
+          dpt[k] = p * (dpt[k] - (e ? dl.y : dl.x)) * fmaf(-t, t, 1.f);
+          st[k] = p;
+        } else {
+          dpt[k] = st[k] * (dpt[k] - (e ? dl.y : dl.x));
         }
-        dpt[k] = d;
       }
     }
   }
@@ -223,7 +225,7 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
     pf[k] = pack2<T>(st[2 * k], st[2 * k + 1]);
     dsf[k] = pack2<T>(dpt[2 * k], dpt[2 * k + 1]);
   }
-  if constexpr (K != MaskKind::kVariant && need_mask) {
+  if (K != MaskKind::kVariant && need_mask) {
 #pragma unroll
     for (int k = 0; k < NS / 4; ++k) dsf[k] &= nonzero_halves<T>(pf[k]);
   }
@@ -237,6 +239,9 @@ template <class Cfg, int NS>
 __device__ __forceinline__ void bwd_variant_mask_pds(uint32_t (&pf)[NS / 4], uint32_t (&dsf)[NS / 4],
                                                      const BwdArgs& args, int key_row0, int query0, uint8_t* smem) {
   constexpr MaskKind K = MaskKind::kVariant;
+  // Opaque from here: nothing derived from the thread's rows and columns is hoisted out of the
+  // main loop into registers that would stay live across it (ptxas spilled them).
+  asm volatile("" : "+r"(key_row0), "+r"(query0));
   // The batch entry's mask, rebuilt here from the warp's shared copy (kept live across the main
   // loop it would cost the consumers a dozen registers they do not have).
   const TileMask<K> mask = bwd_variant_mask<Cfg>(smem, args);
@@ -278,6 +283,12 @@ __device__ __forceinline__ void bwd_variant_mask_pds(uint32_t (&pf)[NS / 4], uin
     dsf[k] &= keep;
   }
 }
+
+// Dense / causal: whether the P / dS code has one copy per need_mask value or one copy testing
+// need_mask inline, whichever ptxas allocates best (ptxas -v, causal bf16, with the dS select):
+// hd128 one copy 28 spilled bytes, two copies 8; hd64 two copies 40, one copy 4.
+template <class Cfg>
+constexpr bool kBwdSplitMaskedCopy = Cfg::block_m() == 64;
 
 // One consumer warpgroup's work on one tile (key block n0 of kv head `kv_head`, batch `batch`).
 // The rings q / dO carry on from the previous tile (persistent kernel) or start fresh; step0 = the
@@ -331,7 +342,7 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
   // kVariant: the tile's mask facts into the warp's shared copy (variant.cuh).
   if constexpr (K == MaskKind::kVariant) {
     bwd_write_variant_facts<Cfg>(smem, TileMask<K>(args.mask, batch), n0, n0 + Cfg::block_n(),
-                                 bwd_q_ranges(args, batch));
+                                 bwd_q_ranges(args, batch), m_begin, m_end);
   }
   const bool any = m_end > m_begin;
   if (any) mbarrier_wait(kv_full, kv_parity);
@@ -353,19 +364,20 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     }
     uint32_t pf[NS / 4];
     uint32_t dsf[NS / 4];
-    // Two copies of the P / dS code, so the unmasked one carries no mask test at all.
+    // kDense / kCausal: one copy of the P / dS code per need_mask, so the unmasked one carries no
+    // test at all. kVariant: the float code without a mask, then on masked steps the element pass
+    // on the packed halves (bwd_variant_mask_pds).
     const float* lse_cols = sLse + stage * BM + s_col0 + col_in_slice;
     const float* delta_cols = sDelta + stage * BM + s_col0 + col_in_slice;
+    const int query0 = m0 + s_col0 + col_in_slice;
     if constexpr (K == MaskKind::kVariant) {
-      bwd_p_ds<T, Cfg, K, SoftCap, false, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, key_row0,
-                                              m0 + s_col0 + col_in_slice, smem);
-      if (need_mask) bwd_variant_mask_pds<Cfg, NS>(pf, dsf, args, key_row0, m0 + s_col0 + col_in_slice, smem);
-    } else if (need_mask) {
-      bwd_p_ds<T, Cfg, K, SoftCap, true, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, key_row0,
-                                             m0 + s_col0 + col_in_slice, smem);
+      bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, false, key_row0, query0);
+      if (need_mask) bwd_variant_mask_pds<Cfg, NS>(pf, dsf, args, key_row0, query0, smem);
+    } else if (kBwdSplitMaskedCopy<Cfg> && need_mask) {
+      bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, true, key_row0, query0);
     } else {
-      bwd_p_ds<T, Cfg, K, SoftCap, false, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, key_row0,
-                                              m0 + s_col0 + col_in_slice, smem);
+      bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols,
+                                       kBwdSplitMaskedCopy<Cfg> ? false : need_mask, key_row0, query0);
     }
     uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
     // Pins dK/dV (their zeroing, in the peeled first call) before the fence: zeros sunk past
@@ -424,7 +436,13 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
 
     // Group D: the next step's dP^T (dO has advanced to its stage).
     issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0, has_next);
-    if (++m == m_end) m = m_begin;
+    if constexpr (K == MaskKind::kVariant) {
+      // The range from the warp's shared copy: the narrowed range cannot be recomputed from the
+      // kernel arguments as dense / causal's is, and two more live registers spilled.
+      if (++m == bwd_variant_slot<Cfg>(smem)->m_end) m = bwd_variant_slot<Cfg>(smem)->m_begin;
+    } else {
+      if (++m == m_end) m = m_begin;
+    }
     if (has_next) {
       scores_to_ds(m * BM, q.pipe.stage, step + 1);
     } else {

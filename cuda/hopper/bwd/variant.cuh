@@ -56,7 +56,8 @@ struct BwdVariantTile {
 // dK, dV and the scores. The element test rebuilds a TileMask from it (variant_mask).
 struct BwdVariantFacts {
   int q_len, kv_len, off;
-  int full_lo, full_hi, seg_id, seg, pad;
+  int full_lo, full_hi, seg_id, seg;
+  int m_begin, m_end;  // the tile's query blocks (bwd_query_blocks)
   const int32_t* q_ids;
   const int32_t* kv_ids;
   const int32_t* q_ranges;
@@ -66,19 +67,22 @@ static_assert(sizeof(BwdVariantFacts) <= 64, "one 64-byte slot per consumer warp
 // The warp's slot, its address recomputed from %tid.x (read by a volatile asm, so not hoisted out
 // of the main loop) and the dynamic shared base: no register stays live across the loop for it
 // (as stage_dq_tile's).
+// warp: the consumer warp (0 .. 7) whose copy to read; -1: the caller's own.
 template <class Cfg>
-__device__ __forceinline__ volatile BwdVariantFacts* bwd_variant_slot(uint8_t*) {
+__device__ __forceinline__ volatile BwdVariantFacts* bwd_variant_slot(uint8_t*, int warp = -1) {
   extern __shared__ uint8_t smem_raw[];
   uint32_t tid;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  return reinterpret_cast<volatile BwdVariantFacts*>(smem + Cfg::variant_offset()) + (tid / 32 - 4);
+  return reinterpret_cast<volatile BwdVariantFacts*>(smem + Cfg::variant_offset()) +
+         (warp >= 0 ? warp : int(tid / 32) - 4);
 }
 
 // Lane 0 of each consumer warp writes its warp's copy for key block [c0, c1); the warp syncs.
 template <class Cfg>
 __device__ __forceinline__ void bwd_write_variant_facts(uint8_t* smem, const TileMask<MaskKind::kVariant>& mask,
-                                                        int c0, int c1, const int32_t* q_ranges) {
+                                                        int c0, int c1, const int32_t* q_ranges, int m_begin,
+                                                        int m_end) {
   if (threadIdx.x % 32 == 0) {
     const BwdVariantTile vt(mask, c0, c1);
     volatile BwdVariantFacts* f = bwd_variant_slot<Cfg>(smem);
@@ -92,6 +96,8 @@ __device__ __forceinline__ void bwd_write_variant_facts(uint8_t* smem, const Til
     f->q_ids = mask.q_ids;
     f->kv_ids = mask.kv_ids;
     f->q_ranges = q_ranges;
+    f->m_begin = m_begin;
+    f->m_end = m_end;
   }
   __syncwarp();
 }
@@ -113,9 +119,12 @@ __device__ __forceinline__ bool bwd_variant_needs_mask(uint8_t* smem, int m0, in
 }
 
 // The batch entry's band-and-lengths mask with its segment ids, from the warp's copy.
+// warp as for bwd_variant_slot: the dQ writer reads consumer warp 0's copy, which its first DqFull
+// barrier orders after the write.
 template <class Cfg>
-__device__ __forceinline__ TileMask<MaskKind::kVariant> bwd_variant_mask(uint8_t* smem, const BwdArgs& args) {
-  const volatile BwdVariantFacts* f = bwd_variant_slot<Cfg>(smem);
+__device__ __forceinline__ TileMask<MaskKind::kVariant> bwd_variant_mask(uint8_t* smem, const BwdArgs& args,
+                                                                         int warp = -1) {
+  const volatile BwdVariantFacts* f = bwd_variant_slot<Cfg>(smem, warp);
   TileMask<MaskKind::kVariant> m(args.seq_q, args.seq_k);
   m.q_len = f->q_len;
   m.kv_len = f->kv_len;
@@ -125,6 +134,14 @@ __device__ __forceinline__ TileMask<MaskKind::kVariant> bwd_variant_mask(uint8_t
   m.q_ids = f->q_ids;
   m.kv_ids = f->kv_ids;
   return m;
+}
+
+// The producer warpgroup's registers: the configuration's, or for kVariant whatever the two
+// consumer warpgroups leave of the 512 (the loader and the writer evaluate the variant's ranges,
+// and the writer its deterministic ranks).
+template <class Cfg, MaskKind K>
+constexpr int bwd_producer_regs() {
+  return K == MaskKind::kVariant ? 512 - Cfg::consumer_warpgroups() * Cfg::consumer_regs() : Cfg::producer_regs();
 }
 
 // This batch entry's query chunk ranges (valid with segment ids).
