@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from selection import params
 from tolerance import WORST, assert_close_by_rule, random_qkv
 
 import jax_fa4
@@ -313,6 +314,8 @@ def _raw_bwd(
             jax.ShapeDtypeStruct((ws_bytes,), jnp.uint8),
         ),
     )
+    i32 = jnp.zeros((0,), jnp.int32)
+    # q/kv lengths, q/kv segment ids, q/kv segment ranges: absent ([0] placeholders).
     out = call(
         q,
         k,
@@ -321,8 +324,12 @@ def _raw_bwd(
         lse,
         do,
         dlse,
+        *(i32,) * 6,
         softmax_scale=np.float64(softmax_scale),
         causal=causal,
+        window_left=np.int64(1 << 30),
+        window_right=np.int64(1 << 30),
+        softcap=np.float64(0.0),
         deterministic=deterministic,
     )
     return tuple(out[:3])
@@ -381,3 +388,87 @@ def test_handler_checks_the_workspace_size():
     for name, a, b in zip(("dq", "dk", "dv"), det, det2, strict=True):
         assert np.isfinite(a).all(), name
         np.testing.assert_array_equal(a, b, err_msg=f"{name} deterministic")
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention variants (window, lengths, segment ids, soft cap, sinks) on the Hopper backward
+# ---------------------------------------------------------------------------------------------
+
+VARIANT_SHAPES = [(2, 300, 500, 4, 2), (1, 1000, 1000, 2, 1), (3, 129, 129, 8, 4)]
+VARIANT_FEATURES = [
+    ("window_pair",),
+    ("window_diagonal",),
+    ("lengths",),
+    ("packed",),
+    ("random_ids",),
+    ("softcap",),
+    ("sinks",),
+    ("window_pair", "packed", "lengths", "softcap", "sinks"),
+]
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", params(DTYPES, [jnp.bfloat16], lambda d: jnp.dtype(d).name))
+@pytest.mark.parametrize("head_dim", HEAD_DIMS, ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("features", VARIANT_FEATURES, ids="+".join)
+@pytest.mark.parametrize("shape", params(VARIANT_SHAPES, [VARIANT_SHAPES[0]], _id))
+def test_variant_grads_match_oracle(shape, features, head_dim, dtype, causal, deterministic):
+    """dq, dk, dv, d sinks of a loss of o and lse, against the float64 oracle."""
+    from test_variants import check_variant, variant_kwargs
+
+    if deterministic and (dtype != jnp.bfloat16 or shape != VARIANT_SHAPES[0]):
+        pytest.skip("deterministic: one dtype and shape per head dim")
+    b, sq, sk, hq, hkv = shape
+    full = (b, sq, sk, hq, hkv, head_dim, head_dim)
+    kwargs = variant_kwargs(jax.random.key(sum(shape) + head_dim), features, b, sq, sk, hq)
+    if "window_pair" in features and sq >= 1000:
+        kwargs["local_window_size"] = (200, 64)
+    if deterministic:
+        kwargs["deterministic"] = True
+
+    def poison(q, k, v):
+        _poison_allocator([(q.shape, q.dtype), (k.shape, k.dtype), (v.shape, v.dtype)])
+
+    # One key per row: the cancelling terms |dO . v| ~ sqrt(head_dim) (check_variant's doc).
+    floor_at = float(np.sqrt(head_dim)) if "window_diagonal" in features else 1e-2
+    check_variant(
+        "+".join(features) + f" d{head_dim}",
+        full,
+        dtype,
+        kwargs,
+        causal=causal,
+        jit_oracle=True,
+        before_call=poison,
+        grad_min_magnitude=floor_at,
+    )
+
+
+def test_variant_padding_rows_and_invisible_keys_get_zero_gradients():
+    b, sq, sk, hq, hkv, d = 2, 300, 260, 4, 2, 128
+    q, k, v = random_qkv(jax.random.key(31), b, sq, sk, hq, hkv, d, d, jnp.bfloat16)
+    q_len = jnp.array([200, 300], jnp.int32)
+    kv_len = jnp.array([130, 260], jnp.int32)
+    sinks = jnp.linspace(-1.0, 1.0, hq, dtype=jnp.float32)
+
+    def loss(q, k, v, sinks):
+        o, lse = jax_fa4.attention(
+            q,
+            k,
+            v,
+            local_window_size=(64, 64),
+            query_seq_lengths=q_len,
+            key_value_seq_lengths=kv_len,
+            sinks=sinks,
+            return_lse=True,
+        )
+        return jnp.sum(o.astype(jnp.float32) ** 2) + jnp.sum(jnp.where(jnp.isfinite(lse), lse, 0.0))
+
+    _poison_allocator([(q.shape, q.dtype), (k.shape, k.dtype), (v.shape, v.dtype)])
+    dq, dk, dv, ds = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(q, k, v, sinks)
+    dq, dk, dv = (np.asarray(x, np.float32) for x in (dq, dk, dv))
+    for x in (dq, dk, dv, np.asarray(ds)):
+        assert np.isfinite(x).all()
+    np.testing.assert_array_equal(dq[0, 200:], 0.0)
+    np.testing.assert_array_equal(dk[0, 130:], 0.0)
+    np.testing.assert_array_equal(dv[0, 130:], 0.0)

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from selection import params
 from tolerance import WORST, assert_close_by_rule, random_qkv
 
 import jax_fa4
@@ -235,7 +236,25 @@ def _raw_fwd(q, k, v, *, softmax_scale=0.125, causal=False):
             jax.ShapeDtypeStruct((b, hq, sq), jnp.float32),
         ),
     )
-    return call(q, k, v, softmax_scale=np.float64(softmax_scale), causal=bool(causal))
+    i32, f32 = jnp.zeros((0,), jnp.int32), jnp.zeros((0,), jnp.float32)
+    # q/kv lengths, q/kv segment ids, sinks, q/kv segment ranges: absent ([0] placeholders).
+    return call(
+        q,
+        k,
+        v,
+        i32,
+        i32,
+        i32,
+        i32,
+        f32,
+        i32,
+        i32,
+        softmax_scale=np.float64(softmax_scale),
+        causal=bool(causal),
+        window_left=np.int64(1 << 30),
+        window_right=np.int64(1 << 30),
+        softcap=np.float64(0.0),
+    )
 
 
 @pytest.mark.parametrize(
@@ -271,3 +290,105 @@ def test_python_layer_rejects_float32_and_odd_head_dims_at_trace_time():
     q, k, v = random_qkv(jax.random.key(17), 1, 16, 16, 2, 2, 96, 96, jnp.bfloat16)
     with pytest.raises(NotImplementedError, match="head_dim"):
         jax.jit(jax_fa4.attention).lower(q, k, v)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention variants (window, lengths, segment ids, soft cap, sinks) on the Hopper forward
+# ---------------------------------------------------------------------------------------------
+
+# (batch, seq_q, seq_k, heads_q, heads_kv): several 128-row / key blocks, so that block skipping
+# (windows, lengths, segment ranges) is exercised; seq_q != seq_k both ways; GQA. Quick: the
+# first shape in bfloat16 (every feature, head dim and mask); the slow run: the whole grid.
+VARIANT_SHAPES = [(2, 300, 500, 4, 2), (1, 1000, 1000, 2, 1), (3, 129, 129, 8, 4)]
+VARIANT_FEATURES = [
+    ("window",),
+    ("window_pair",),
+    ("window_left_only",),
+    ("window_right_only",),
+    ("window_diagonal",),
+    ("lengths",),
+    ("packed",),
+    ("random_ids",),
+    ("softcap",),
+    ("sinks",),
+    ("window_pair", "packed", "lengths", "softcap", "sinks"),
+    ("packed", "sinks"),
+    ("window_pair", "softcap"),
+]
+
+
+def _poison_for(dv):
+    def poison(q, k, v):
+        b, sq, hq, _ = q.shape
+        _poison_allocator(b, sq, hq, dv, q.dtype)
+
+    return poison
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", params(DTYPES, [jnp.bfloat16], lambda d: jnp.dtype(d).name))
+@pytest.mark.parametrize("head_dim", HEAD_DIMS, ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("features", VARIANT_FEATURES, ids="+".join)
+@pytest.mark.parametrize("shape", params(VARIANT_SHAPES, [VARIANT_SHAPES[0]], _id))
+def test_variant_forward_matches_oracle(shape, features, head_dim, dtype, causal):
+    from test_variants import check_variant, variant_kwargs
+
+    b, sq, sk, hq, hkv = shape
+    full = (b, sq, sk, hq, hkv, head_dim, head_dim)
+    kwargs = variant_kwargs(jax.random.key(sum(shape) + head_dim), features, b, sq, sk, hq)
+    if ("window" in features or "window_pair" in features) and sq >= 1000:
+        kwargs["local_window_size"] = (200, 64)  # a band of blocks: the others are skipped
+    check_variant(
+        "+".join(features) + f" d{head_dim}",
+        full,
+        dtype,
+        kwargs,
+        causal=causal,
+        grads=False,
+        jit_oracle=True,
+        before_call=_poison_for(head_dim),
+    )
+
+
+def test_variant_rows_without_keys_get_zero_and_the_sink():
+    """Padding rows: o 0, lse -inf; rows that see no key: o 0, lse = sink."""
+    b, sq, sk, hq, hkv, d = 2, 300, 200, 4, 2, 128
+    q, k, v = random_qkv(jax.random.key(21), b, sq, sk, hq, hkv, d, d, jnp.bfloat16)
+    sinks = jnp.linspace(-1.0, 2.0, hq, dtype=jnp.float32)
+    q_len = jnp.array([250, 300], jnp.int32)
+    kv_len = jnp.array([200, 0], jnp.int32)
+    _poison_allocator(b, sq, hq, d, jnp.bfloat16)
+    o, lse = jax.jit(
+        lambda q, k, v: jax_fa4.attention(
+            q,
+            k,
+            v,
+            causal=True,
+            query_seq_lengths=q_len,
+            key_value_seq_lengths=kv_len,
+            sinks=sinks,
+            return_lse=True,
+        )
+    )(q, k, v)
+    o, lse = np.asarray(o, np.float32), np.asarray(lse)
+    # Row 0: off = -50, queries 0..49 see nothing, 250.. are padding; row 1 has no keys.
+    np.testing.assert_array_equal(o[0, :50], 0.0)
+    np.testing.assert_array_equal(o[0, 250:], 0.0)
+    np.testing.assert_array_equal(o[1], 0.0)
+    sink = np.asarray(sinks)[:, None]
+    np.testing.assert_array_equal(lse[0, :, :50], np.broadcast_to(sink, (hq, 50)))
+    assert np.isneginf(lse[0, :, 250:]).all()
+    np.testing.assert_array_equal(lse[1], np.broadcast_to(sink, (hq, sq)))
+    assert np.isfinite(lse[0, :, 50:250]).all()
+
+
+def test_hlo_holds_the_segment_ranges():
+    q, k, v = random_qkv(jax.random.key(22), 2, 200, 200, 2, 2, 64, 64, jnp.bfloat16)
+    ids = jnp.repeat(jnp.arange(4, dtype=jnp.int32), 50)[None].repeat(2, 0)
+    text = (
+        jax.jit(lambda q, k, v: jax_fa4.attention(q, k, v, segment_ids=ids))
+        .lower(q, k, v)
+        .as_text()
+    )
+    (call,) = [line for line in text.splitlines() if "@jax_fa4_fwd_cuda(" in line]
+    assert "tensor<2x4x2xi32>" in call  # ceil(200 / 64) = 4 chunks of (min, max)
