@@ -1,11 +1,15 @@
 """The attention variants under vmap (every extra mapped or not, several axes), jit,
 checkpoint, deterministic=True, and the automatic partitioning (8 CPU devices); the lowered
-custom calls (fixed arity, [0] placeholders, the window / soft cap attributes) and the CUDA
-segment ranges."""
+custom calls for the CPU and, exported without a GPU, for CUDA (fixed arity, [0] placeholders,
+the window / soft cap attributes, the segment ranges)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -292,3 +296,57 @@ def test_partitioned_variants_match_one_device(spec):
     _close(l8, l1, "loss", 1e-4)
     for name, a, b_ in zip(("dq", "dk", "dv", "dsinks"), g8, g1, strict=True):
         _close(a, b_, name, 1e-4)
+
+
+_CUDA_EXPORT = """
+import json, re
+import jax, jax.numpy as jnp
+from jax import export
+import jax_fa4
+from jax_fa4 import _ffi, lowering
+# Lower for CUDA without a CUDA build: the targets need not exist to be lowered (only to run).
+lowering._check_target = lambda *a: None
+if not _ffi.built_with_cuda():
+    _ffi.cuda_bwd_workspace_bytes = lambda b, sq, hq, d: 4096
+q = jax.ShapeDtypeStruct((2, 200, 4, 64), jnp.bfloat16)
+k = jax.ShapeDtypeStruct((2, 130, 2, 64), jnp.bfloat16)
+qi = jax.ShapeDtypeStruct((2, 200), jnp.int32)
+ki = jax.ShapeDtypeStruct((2, 130), jnp.int32)
+
+def loss(q, k, v, qi, ki):
+    o = jax_fa4.attention(
+        q, k, v, segment_ids=(qi, ki), local_window_size=(3, 0), sinks=jnp.ones(4)
+    )
+    return jnp.sum(o.astype(jnp.float32))
+
+checks = [export.DisabledSafetyCheck.custom_call(f"jax_fa4_{n}_cuda") for n in ("fwd", "bwd")]
+text = export.export(jax.jit(jax.grad(loss)), platforms=["cuda"], disabled_checks=checks)(
+    q, k, k, qi, ki
+).mlir_module()
+out = {}
+for line in text.splitlines():
+    m = re.search(r"@(jax_fa4_(fwd|bwd)_cuda)\\(", line)
+    if m:
+        sig = line.rsplit(" : (", 1)[1]
+        ins, outs = sig.split(") -> ")
+        out[m.group(2)] = re.findall(r"tensor<([^>]*)>", ins)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_cuda_custom_calls_take_the_segment_ranges():
+    """Lowered for CUDA (no GPU needed): the forward has 10 operands and the backward 13, the
+    last two the int32 [b, ceil(s / 64), 2] segment ranges (placeholders for absent extras)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _CUDA_EXPORT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout + proc.stderr
+    out = json.loads(lines[-1][len("RESULT ") :])
+    ranges = ["2x4x2xi32", "2x3x2xi32"]  # ceil(200 / 64) = 4, ceil(130 / 64) = 3 chunks
+    assert out["fwd"][3:] == ["0xi32", "0xi32", "2x200xi32", "2x130xi32", "2x4xf32", *ranges]
+    assert out["bwd"][7:] == ["0xi32", "0xi32", "2x200xi32", "2x130xi32", *ranges]
