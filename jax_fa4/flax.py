@@ -15,13 +15,26 @@
 The function keeps Flax's calling convention (``attention_fn(query, key, value, mask=...,
 dropout_rate=..., deterministic=..., dtype=..., precision=..., module=..., ...)``) and Flax's
 dtype rule (q, k, v are promoted to ``dtype``, or to their common type when ``dtype`` is None,
-and the result comes back in that dtype). Whatever the kernel cannot do raises an error that says
-what to use instead; no argument is dropped silently:
+and the result comes back in that dtype). The attention variants of :func:`jax_fa4.attention` are
+chosen when the function is made: ``make_attention_fn(causal=True, local_window_size=(1024, 0),
+logits_soft_cap=30.0)``.
 
-- a dense ``mask`` or ``bias`` (including the mask that ``nn.make_causal_mask`` builds and the
-  one that ``decode=True`` builds): for causal attention make the function with
-  ``causal=True`` (or call ``nnx.MultiHeadAttention`` with ``is_causal=True``); for padding and
-  other masks keep Flax's default ``attention_fn``;
+A padding ``mask`` (one that varies only over the batch and the keys: shape ``[batch..., 1, 1,
+kv_length]``, or broadcastable to it, e.g. ``key_padding[:, None, None, :]``) is honoured
+exactly, as per-key visibility (segment ids: every query 1, key j ``1`` where the mask is true and
+``0`` where it is false); it combines with ``causal``, the window and the soft cap. A query row
+whose mask hides every key gets output 0 (jax_fa4's semantics; Flax's default attention would
+average all the values there). Autoregressive decoding (``decode=True``) works for the same
+reason: its one query's mask over the cache, ``[batch..., 1, 1, max_length]``, is a padding
+mask. Whatever else the kernel cannot do raises an error that says what
+to use instead; no argument is dropped silently:
+
+- any other ``mask`` (one that varies over the queries or the heads, including the mask that
+  ``nn.make_causal_mask`` builds and Flax's ``make_attention_mask(query_padding,
+  key_padding)``, which has a query axis) and a ``bias``:
+  for causal attention make the function with ``causal=True`` (or call
+  ``nnx.MultiHeadAttention`` with ``is_causal=True``); for key padding pass a mask of shape
+  ``[batch, 1, 1, kv_length]``; for other masks keep Flax's default ``attention_fn``;
 - attention dropout (``dropout_rate > 0`` while not ``deterministic``); with
   ``deterministic=True`` (evaluation) the rate is irrelevant and the call runs;
 - ``sow_weights=True`` (``module=...``): jax_fa4 never forms the attention weights;
@@ -55,7 +68,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_fa4.attention import attention
-from jax_fa4.validation import SUPPORTED_DTYPES, check_flag, check_softmax_scale
+from jax_fa4.validation import (
+    SUPPORTED_DTYPES,
+    check_flag,
+    check_softcap,
+    check_softmax_scale,
+    check_window,
+)
 
 __all__ = ["FlashAttentionFn", "make_attention_fn"]
 
@@ -182,6 +201,45 @@ def _to_4d(
     return batch, *(x.reshape((n, *x.shape[-3:])) for x in (query, key, value))
 
 
+def _padding_segment_ids(
+    mask: Any, batch: tuple[int, ...], seq_q: int, seq_k: int
+) -> tuple[jax.Array, jax.Array]:
+    """A padding mask as segment ids: (q_ids int32 [n, seq_q] of ones, kv_ids int32 [n, seq_k]:
+    1 where the mask keeps key j, 0 where it drops it), n = prod(batch).
+
+    `mask` must vary only over the batch and the keys: after padding its rank to ``len(batch) +
+    3`` with leading 1s, its head and query axes have size 1, its key axis ``seq_k`` (or 1) and
+    its batch axes broadcast to `batch`. Anything else is a NotImplementedError.
+    """
+    shape = tuple(getattr(mask, "shape", ()))
+    rank = len(batch) + 3
+    full = (1,) * (rank - len(shape)) + shape
+    padding_like = (
+        getattr(mask, "dtype", None) is not None
+        and len(shape) <= rank
+        and full[-3] == 1
+        and full[-2] == 1
+        and full[-1] in (1, seq_k)
+        and all(m in (1, b) for m, b in zip(full[:-3], batch, strict=True))
+    )
+    if not padding_like:
+        raise NotImplementedError(
+            f"mask: jax_fa4 takes a padding mask only, one that varies over the batch and the "
+            f"keys (shape [batch..., 1, 1, kv_length] = {(*batch, 1, 1, seq_k)} or broadcastable "
+            f"to it); got {_describe(mask)}. For causal attention make the function with "
+            "jax_fa4.flax.make_attention_fn(causal=True) (or call nnx.MultiHeadAttention with "
+            "is_causal=True) instead of passing nn.make_causal_mask(...). For key padding pass "
+            "key_padding[:, None, None, :] instead of make_attention_mask(query_padding, "
+            f"key_padding). For other masks use {_DEFAULT_ATTENTION_HINT} or "
+            "jax.nn.dot_product_attention"
+        )
+    n = math.prod(batch)
+    keep = jnp.broadcast_to(jnp.reshape(mask, full)[..., 0, 0, :], (*batch, seq_k)) != 0
+    kv_ids = keep.reshape(n, seq_k).astype(jnp.int32)
+    q_ids = jnp.ones((n, seq_q), jnp.int32)
+    return q_ids, kv_ids
+
+
 @dataclasses.dataclass(frozen=True)
 class FlashAttentionFn:
     """A Flax-compatible attention function backed by :func:`jax_fa4.attention`.
@@ -196,11 +254,16 @@ class FlashAttentionFn:
       softmax_scale: multiplies ``q . k``; None means ``1 / sqrt(head_dim)``, as Flax does.
       deterministic_backward: bitwise reproducible gradients (:func:`jax_fa4.attention`'s
         ``deterministic``); not Flax's ``deterministic`` call argument, which is about dropout.
+      local_window_size: the sliding window ``(left, right)`` (None: no window), as
+        :func:`jax_fa4.attention` takes it.
+      logits_soft_cap: the soft cap ``c`` of the scores (None: none).
     """
 
     causal: bool = False
     softmax_scale: float | None = None
     deterministic_backward: bool = False
+    local_window_size: tuple[int | None, int | None] | None = None
+    logits_soft_cap: float | None = None
 
     def __call__(
         self,
@@ -232,7 +295,8 @@ class FlashAttentionFn:
         ``query`` (grouped-query attention). ``is_causal=True`` (nnx's call argument, Flax's
         top-left-aligned causal mask) is honoured when ``query`` and ``key`` have the same length,
         where the two alignments agree; otherwise it is an error. ``broadcast_dropout`` and
-        ``dropout_rng`` only matter with dropout, which must be off.
+        ``dropout_rng`` only matter with dropout, which must be off. ``mask`` may be a padding
+        mask (module docstring): shape ``[batch..., 1, 1, kv_length]`` or broadcastable to it.
 
         Returns:
           ``[batch..., q_length, heads, v_head_dim]`` in the computation dtype.
@@ -247,15 +311,6 @@ class FlashAttentionFn:
                 f"jax_fa4's attention_fn got argument(s) it does not know how to honour: {names}. "
                 f"Drop them, or use {_DEFAULT_ATTENTION_HINT} (for RoPE, rotate query and key "
                 "before attention)"
-            )
-        if mask is not None:
-            raise NotImplementedError(
-                f"mask: jax_fa4 takes no dense attention mask (got {_describe(mask)}). For causal "
-                "attention make the function with jax_fa4.flax.make_attention_fn(causal=True) "
-                "(or call nnx.MultiHeadAttention with is_causal=True) instead of passing "
-                "nn.make_causal_mask(...); autoregressive decoding (decode=True) also builds a "
-                "mask. For padding or other masks, and for decoding, use "
-                f"{_DEFAULT_ATTENTION_HINT} or jax.nn.dot_product_attention"
             )
         if bias is not None:
             raise NotImplementedError(
@@ -293,12 +348,18 @@ class FlashAttentionFn:
                 "function with make_attention_fn(causal=True) for the bottom-right alignment, or "
                 f"use {_DEFAULT_ATTENTION_HINT}"
             )
+        segment_ids = None
+        if mask is not None:
+            segment_ids = _padding_segment_ids(mask, batch, q.shape[1], k.shape[1])
         o = attention(
             q,
             k,
             v,
             causal=self.causal or is_causal,
             softmax_scale=self.softmax_scale,
+            local_window_size=self.local_window_size,
+            segment_ids=segment_ids,
+            logits_soft_cap=self.logits_soft_cap,
             deterministic=self.deterministic_backward,
         )
         return o.reshape((*batch, *o.shape[1:]))
@@ -309,6 +370,8 @@ def make_attention_fn(
     *,
     softmax_scale: float | None = None,
     deterministic_backward: bool = False,
+    local_window_size: int | tuple[int | None, int | None] | None = None,
+    logits_soft_cap: float | None = None,
 ) -> FlashAttentionFn:
     """Flax attention_fn for ``nnx.MultiHeadAttention`` or ``linen.MultiHeadDotProductAttention``.
 
@@ -321,6 +384,11 @@ def make_attention_fn(
       deterministic_backward: make the backward bitwise reproducible (:func:`jax_fa4.attention`
         with ``deterministic=True``: same inputs, same gradient bits on every run). Named so to
         keep it apart from Flax's ``deterministic`` call argument, which turns dropout off.
+      local_window_size: a sliding window, as :func:`jax_fa4.attention` takes it: a non-negative
+        int ``w`` (``(w, w)``) or a pair ``(left, right)`` of non-negative ints or None: query i
+        sees keys ``i - left <= j <= i + right`` (bottom-right aligned when the lengths differ).
+        ``causal=True`` with ``(w, 0)`` or ``w`` is the usual causal window of ``w + 1`` keys.
+      logits_soft_cap: a positive float ``c``: scores become ``c * tanh(s / c)`` (Gemma 2).
 
     Returns:
       A :class:`FlashAttentionFn` (hashable, compares by value). Its errors are listed in the
@@ -330,6 +398,11 @@ def make_attention_fn(
     deterministic_backward = check_flag("deterministic_backward", deterministic_backward)
     if softmax_scale is not None:
         softmax_scale = check_softmax_scale(softmax_scale, 1)
+    window = check_window(local_window_size)
     return FlashAttentionFn(
-        causal=causal, softmax_scale=softmax_scale, deterministic_backward=deterministic_backward
+        causal=causal,
+        softmax_scale=softmax_scale,
+        deterministic_backward=deterministic_backward,
+        local_window_size=None if window == (None, None) else window,
+        logits_soft_cap=check_softcap(logits_soft_cap),
     )

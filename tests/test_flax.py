@@ -23,6 +23,7 @@ from flax import linen as nn  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from jax_fa4.flax import FlashAttentionFn, make_attention_fn  # noqa: E402
+from jax_fa4.reference import attention_reference  # noqa: E402
 
 F32, F64 = jnp.float32, jnp.float64
 FEATURES, HEADS = 32, 4  # head_dim 8
@@ -281,11 +282,16 @@ def test_error_causal_mask_from_flax_points_at_causal_true():
         lin.apply(params, x, mask=nn.make_causal_mask(x[..., 0]))
 
 
-def test_error_decode_builds_a_mask():
-    mha = _nnx_mha(make_attention_fn(causal=True))
-    mha.init_cache((1, 8, FEATURES))
-    with pytest.raises(NotImplementedError, match="decode=True"):
-        mha(_inputs((1, 1, FEATURES)), decode=True)
+def test_nnx_decode_matches_default():
+    """decode=True: one query against the cache, whose mask [b, 1, 1, max_length] (the filled
+    slots) is a padding mask; step by step the same as Flax's default attention."""
+    ours, default = _nnx_mha(make_attention_fn(causal=True)), _nnx_mha()
+    for m in (ours, default):
+        m.init_cache((2, 8, FEATURES))
+    x = _inputs((2, 5, FEATURES), seed=18)
+    for t in range(x.shape[1]):
+        got, want = ours(x[:, t : t + 1], decode=True), default(x[:, t : t + 1], decode=True)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-6)
 
 
 def test_error_bias():
@@ -383,3 +389,152 @@ def test_error_factory_arguments():
         make_attention_fn(softmax_scale=-1.0)
     with pytest.raises(ValueError, match="is_causal must be a Python bool"):
         make_attention_fn()(*_qkv(), is_causal=None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Variants: padding masks, windows, soft cap
+
+
+def _key_padding(batch, seq_k, lengths):
+    """bool [batch, seq_k]: key j is real iff j < lengths[b]."""
+    return jnp.arange(seq_k)[None, :] < jnp.asarray(lengths)[:, None]
+
+
+def _reference_attention_fn(**variant):
+    """An attention_fn computing jax_fa4.attention_reference with `variant` in the inputs'
+    dtype (float32 in, float32 math; float64 in: the float64 oracle)."""
+
+    def attention_fn(query, key, value, dtype=None, **_):
+        if dtype is not None:
+            query, key, value = (x.astype(dtype) for x in (query, key, value))
+        o, _ = attention_reference(query, key, value, **variant)
+        return o.astype(query.dtype)
+
+    return attention_fn
+
+
+@pytest.mark.parametrize("causal", params([False, True], [True]))
+def test_nnx_padding_mask_matches_default(causal):
+    """A key padding mask [b, 1, 1, sk] is exact: the same as Flax's default with that mask (and
+    Flax's causal mask); every query row sees at least one key here (key 0 is real)."""
+    x = _inputs((2, 24, FEATURES), seed=12)
+    pad = _key_padding(2, 24, [20, 13])[:, None, None, :]
+    default_mask = nnx.combine_masks(pad, nnx.make_causal_mask(x[..., 0])) if causal else pad
+    _check_against_default(
+        f"nnx padding mask causal={causal}",
+        _nnx_mha(make_attention_fn(causal=causal)),
+        _nnx_mha(),
+        x,
+        x,
+        {"mask": pad},
+        {"mask": default_mask},
+    )
+
+
+@pytest.mark.slow
+def test_nnx_padding_mask_broadcast_shapes_and_cross_attention():
+    """Masks of shape [b, 1, 1, sk] and [1, 1, 1, sk] (one row for the whole batch), with cross
+    attention (seq_q != seq_k)."""
+    xq, xk = _inputs((2, 9, FEATURES), seed=13), _inputs((2, 30, FEATURES), seed=14)
+    keep = _key_padding(2, 30, [30, 7])
+    for got_mask in (keep[:, None, None, :], keep[:1, None, None, :]):
+        want = jnp.broadcast_to(got_mask, (2, 1, 1, 30))
+        _check_against_default(
+            f"nnx padding mask {got_mask.shape}",
+            _nnx_mha(make_attention_fn()),
+            _nnx_mha(),
+            xq,
+            xk,
+            {"mask": got_mask},
+            {"mask": want},
+        )
+
+
+def test_padding_mask_row_without_keys_is_zero():
+    """A batch entry whose mask hides every key: output 0 (jax_fa4's semantics), the other entry
+    as jax.nn.dot_product_attention with that mask."""
+    q, k, v = (_inputs((2, 8, 2, 16), seed=s) for s in (1, 2, 3))
+    keep = jnp.array([[True] * 5 + [False] * 3, [False] * 8])
+    o = make_attention_fn()(q, k, v, mask=keep[:, None, None, :])
+    np.testing.assert_array_equal(np.asarray(o[1]), 0.0)
+    want = jax.nn.dot_product_attention(q[:1], k[:1], v[:1], mask=keep[:1, None, None, :])
+    np.testing.assert_allclose(np.asarray(o[:1]), np.asarray(want), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    params(
+        [
+            dict(causal=True, local_window_size=(5, 0)),
+            dict(local_window_size=3, logits_soft_cap=0.7),
+            dict(causal=True, local_window_size=(6, 0), logits_soft_cap=1.5, pad=True),
+        ],
+        [dict(causal=True, local_window_size=(6, 0), logits_soft_cap=1.5, pad=True)],
+        lambda v: "-".join(f"{k}={x}" for k, x in v.items()),
+    ),
+)
+def test_nnx_window_softcap_match_reference(variant):
+    """make_attention_fn(causal, local_window_size, logits_soft_cap) (and a padding mask) in a
+    module: outputs and gradients against the same module whose attention_fn is the reference."""
+    variant = dict(variant)
+    pad = variant.pop("pad", False)
+    x = _inputs((2, 20, FEATURES), seed=15)
+    got_kw, ref_variant = {}, dict(variant)
+    if pad:
+        keep = _key_padding(2, 20, [20, 11])
+        got_kw["mask"] = keep[:, None, None, :]
+        ones = jnp.ones((2, 20), jnp.int32)
+        ref_variant["segment_ids"] = (ones, keep.astype(jnp.int32))
+    _check_against_default(
+        "nnx " + " ".join(f"{k}={v}" for k, v in variant.items()) + (" pad" if pad else ""),
+        _nnx_mha(make_attention_fn(**variant)),
+        _nnx_mha(_reference_attention_fn(**ref_variant)),
+        x,
+        x,
+        got_kw,
+        {},
+    )
+
+
+@pytest.mark.slow
+def test_linen_padding_mask_and_window():
+    x = _inputs((2, 16, FEATURES), seed=16)
+    cot = _inputs(x.shape, seed=17)
+    keep = _key_padding(2, 16, [16, 9])
+    fn = make_attention_fn(causal=True, local_window_size=4)
+    ours = nn.MultiHeadDotProductAttention(num_heads=HEADS, attention_fn=fn)
+    ref_fn = _reference_attention_fn(
+        causal=True,
+        local_window_size=4,
+        segment_ids=(jnp.ones((2, 16), jnp.int32), keep.astype(jnp.int32)),
+    )
+    reference = nn.MultiHeadDotProductAttention(num_heads=HEADS, attention_fn=ref_fn)
+    params = reference.init(jax.random.key(0), x)
+    mask = {"mask": keep[:, None, None, :]}
+    got = _linen_value_and_grads(ours, params, x, cot, mask, F32)
+    base = _linen_value_and_grads(reference, params, x, cot, {}, F32)
+    oracle = _linen_value_and_grads(reference, params, x, cot, {}, F64)
+    _check_trees("linen padding mask window", got, base, oracle, F32)
+
+
+def test_variant_value_semantics_and_errors():
+    assert make_attention_fn(local_window_size=4) == FlashAttentionFn(local_window_size=(4, 4))
+    assert make_attention_fn(local_window_size=[3, None]).local_window_size == (3, None)
+    assert make_attention_fn(logits_soft_cap=30).logits_soft_cap == 30.0
+    assert hash(make_attention_fn(causal=True, local_window_size=(8, 0), logits_soft_cap=5.0))
+    with pytest.raises(ValueError, match="non-negative"):
+        make_attention_fn(local_window_size=-2)
+    with pytest.raises(ValueError, match="logits_soft_cap must be positive"):
+        make_attention_fn(logits_soft_cap=-1.0)
+
+
+def test_error_masks_that_are_not_padding():
+    q, k, v = _qkv()
+    keep = jnp.ones((1, 8), bool)
+    with pytest.raises(NotImplementedError, match=r"key_padding\[:, None, None, :\]"):
+        # Flax's make_attention_mask(query_padding, key_padding) has a query axis
+        make_attention_fn()(q, k, v, mask=nnx.make_attention_mask(keep, keep))
+    with pytest.raises(NotImplementedError, match=r"shape \(1, 2, 1, 8\)"):  # varies over heads
+        make_attention_fn()(q, k, v, mask=jnp.ones((1, 2, 1, 8), bool))
+    with pytest.raises(NotImplementedError, match=r"shape \(1, 1, 1, 5\)"):  # wrong key length
+        make_attention_fn()(q, k, v, mask=jnp.ones((1, 1, 1, 5), bool))
