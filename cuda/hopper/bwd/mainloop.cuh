@@ -286,9 +286,10 @@ __device__ __forceinline__ void bwd_variant_mask_pds(uint32_t (&pf)[NS / 4], uin
 
 // Dense / causal: whether the P / dS code has one copy per need_mask value or one copy testing
 // need_mask inline, whichever ptxas allocates best (ptxas -v, causal bf16, with the dS select):
-// hd128 one copy 28 spilled bytes, two copies 8; hd64 two copies 40, one copy 4.
+// hd128 one copy 28 spilled bytes, two copies 8; hd64 two copies 40, one copy 4; hd128
+// persistent 0 either way, one copy as before (static code within 2% of what it was).
 template <class Cfg>
-constexpr bool kBwdSplitMaskedCopy = Cfg::block_m() == 64;
+constexpr bool kBwdSplitMaskedCopy = Cfg::block_m() == 64 && !Cfg::persistent();
 
 // One consumer warpgroup's work on one tile (key block n0 of kv head `kv_head`, batch `batch`).
 // The rings q / dO carry on from the previous tile (persistent kernel) or start fresh; step0 = the
