@@ -16,7 +16,9 @@
 // n_last(m) (the mask's first query block never decreases with n); non-causal ranks them n,
 // causal n_last(m) - n (descending: the highest key block reaches m first) with the key blocks
 // launched last-first (BwdGridScheduler). Either way a CTA only waits for CTAs of lower
-// blockIdx.x, dispatched before it.
+// blockIdx.x, dispatched before it. Variant problems (kVariant) rank descending too, by counting
+// the key blocks above n whose band-and-lengths range holds m (bwd_dq_rank_variant), launched
+// last-first like causal.
 #pragma once
 #include <cstdint>
 

@@ -1,7 +1,8 @@
 // The backward's per-tile view of a variant mask (kVariant kernels): which of a key block's steps
-// need the per-element mask, decided each step from three registers instead of the whole
-// TileMask (the consumers run at the edge of their register budget; the element tests of a masked
-// step rebuild the TileMask from the kernel arguments).
+// need the per-element mask, decided each step from three numbers instead of the whole TileMask,
+// kept with the rest of the tile's mask facts in a per-warp shared-memory copy (the consumers run
+// at the edge of their register budget; the element test of a masked step rebuilds the TileMask
+// from that copy), and the producer warpgroup's register share.
 #pragma once
 #include <climits>
 #include <cstdint>
