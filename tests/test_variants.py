@@ -269,13 +269,36 @@ ALL = ("window_pair", "packed", "lengths", "softcap", "sinks")
 COMBOS = [c for n in range(2, len(ALL) + 1) for c in itertools.combinations(ALL, n)]
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("dtype", params(DTYPES, [jnp.float32], lambda d: jnp.dtype(d).name))
-@pytest.mark.parametrize("shape", params(SHAPES, [QUICK], _sid))
-@pytest.mark.parametrize("features", params(COMBOS, [ALL], "+".join))
+# Every subset of two or more on the quick shape in float32 with both masks, and the full set
+# over every shape, dtype and mask; quick: the full set on the quick shape in float32.
+COMBO_CASES = [(c, QUICK, jnp.float32, m) for c in COMBOS for m in (False, True)] + [
+    (ALL, s, dt, m)
+    for s in SHAPES
+    for dt in DTYPES
+    for m in (False, True)
+    if (s, dt) != (QUICK, jnp.float32)
+]
+
+
+def _combo_id(case) -> str:
+    features, shape, dtype, causal = case
+    mask = "causal" if causal else "full"
+    return f"{'+'.join(features)}-{_sid(shape)}-{jnp.dtype(dtype).name}-{mask}"
+
+
+@pytest.mark.parametrize(
+    "features, shape, dtype, causal",
+    params(
+        COMBO_CASES,
+        [(ALL, QUICK, jnp.float32, False), (ALL, QUICK, jnp.float32, True)],
+        _combo_id,
+        unpack=True,
+    ),
+)
 def test_combinations(features, shape, dtype, causal):
     """Window + segment ids + lengths + soft cap + sinks (+ causal, GQA): everything at once by
-    default, every subset of two or more in the slow run."""
+    default; every subset of two or more, and everything over every shape and dtype, in the slow
+    run."""
     b, sq, sk, hq = shape[:4]
     kwargs = variant_kwargs(case_key(features, shape), features, b, sq, sk, hq)
     check_variant("+".join(features), shape, dtype, kwargs, causal=causal)
