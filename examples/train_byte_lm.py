@@ -5,9 +5,16 @@ the running interpreter (``sysconfig.get_paths()["stdlib"]``, without ``site-pac
 are split by a hash of their relative path into a training set and a held-out set (about 5%), so
 the split is the same on every run and every machine with the same Python version.
 
+Packed sequences: every row of a batch holds pieces of several files (documents) back to back,
+each a random crop of a random file, about 2-8 per row (:func:`pack_rows`). The model sees them
+through segment ids: attention is causal inside each document and never crosses into another
+(``jax_fa4.attention(q, k, v, causal=True, segment_ids=ids)``; with ``--attention jax_nn``,
+``jax.nn.dot_product_attention(..., is_causal=True)`` with the equivalent dense same-document
+mask), positions restart at 0 in each document, and the loss skips the byte that follows a
+document's last one (it belongs to the next document).
+
 The model: byte embeddings (256 symbols) plus learned positions, pre-LayerNorm blocks of
-``nnx.MultiHeadAttention`` (its ``attention_fn`` is ``jax_fa4.flax.make_attention_fn(causal=True)``,
-or ``jax.nn.dot_product_attention`` with ``--attention jax_nn``) and a GELU MLP, a float32
+self-attention (q/k/v and output projections, ``nnx.LinearGeneral``) and a GELU MLP, a float32
 residual stream, sublayers computing in ``--dtype`` (bfloat16 on a GPU, float32 on the CPU by
 default), logits tied to the embedding. AdamW with warm-up and cosine decay, gradient clipping.
 
@@ -46,7 +53,6 @@ from flax import nnx
 from tqdm import tqdm
 
 import jax_fa4
-from jax_fa4.flax import make_attention_fn
 
 ATTENTIONS = ("jax_fa4", "jax_nn")
 
@@ -120,6 +126,8 @@ class Corpus:
     root: str
     train_files: int
     heldout_files: int
+    train_starts: np.ndarray  # int64 [train_files]: where each file starts in ``train``
+    heldout_starts: np.ndarray  # int64 [heldout_files]
 
 
 def _path_hash(rel: str) -> int:
@@ -157,104 +165,166 @@ def load_stdlib_corpus(heldout_percent: float = 5.0, max_mb: float | None = None
         (heldout if is_heldout else train).append(data)
     if not heldout:  # a tiny budget may draw no held-out file: hold out the last one read
         heldout.append(train.pop())
+    train = [f for f in train if f]  # empty files (__init__.py) are no documents
+    heldout = [f for f in heldout if f] or heldout
+
+    def starts(files: list[bytes]) -> np.ndarray:
+        return np.cumsum([0] + [len(f) for f in files[:-1]]).astype(np.int64)
+
     return Corpus(
         train=np.frombuffer(b"".join(train), np.uint8),
         heldout=np.frombuffer(b"".join(heldout), np.uint8),
         root=str(root),
         train_files=len(train),
         heldout_files=len(heldout),
+        train_starts=starts(train),
+        heldout_starts=starts(heldout),
     )
 
 
-def train_batch(data: np.ndarray, step: int, cfg: Config) -> np.ndarray:
-    """Random windows of seq_len + 1 bytes; a function of (seed, step) only, so resumable."""
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """Packed rows of ``seq_len + 1`` bytes: the model reads ``[:, :-1]``, predicts ``[:, 1:]``.
+
+    tokens, segment_ids, positions: int32 ``[batch, seq_len + 1]``; segment_ids number the
+    documents of a row 1, 2, ...; positions count from 0 in each document.
+    """
+
+    tokens: np.ndarray
+    segment_ids: np.ndarray
+    positions: np.ndarray
+
+    def as_tuple(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.tokens, self.segment_ids, self.positions
+
+
+def pack_rows(
+    data: np.ndarray, starts: np.ndarray, rng: np.random.Generator, rows: int, length: int
+) -> Batch:
+    """`rows` rows of `length` bytes, each packed with random crops of random files.
+
+    A piece is a crop of one file (a document), from a random offset, of a random length in
+    ``[length // 8, length // 2]`` (shorter when the file or the row ends first); pieces follow
+    each other until the row is full.
+    """
+    ends = np.append(starts[1:], len(data))
+    lo, hi = max(2, length // 8), max(2, length // 2)
+    tokens = np.zeros((rows, length), np.int32)
+    segment_ids = np.zeros((rows, length), np.int32)
+    positions = np.zeros((rows, length), np.int32)
+    for row in range(rows):
+        filled, doc = 0, 0
+        while filled < length:
+            f = int(rng.integers(len(starts)))
+            size = int(ends[f] - starts[f])
+            want = min(int(rng.integers(lo, hi + 1)), length - filled, size)
+            offset = int(starts[f] + rng.integers(0, size - want + 1))
+            doc += 1
+            tokens[row, filled : filled + want] = data[offset : offset + want]
+            segment_ids[row, filled : filled + want] = doc
+            positions[row, filled : filled + want] = np.arange(want)
+            filled += want
+    return Batch(tokens, segment_ids, positions)
+
+
+def train_batch(corpus: Corpus, step: int, cfg: Config) -> Batch:
+    """Packed training rows; a function of (seed, step) only, so resumable."""
     rng = np.random.default_rng([cfg.seed, step])
-    starts = rng.integers(0, len(data) - cfg.seq_len - 1, size=cfg.batch_size)
-    return data[starts[:, None] + np.arange(cfg.seq_len + 1)].astype(np.int32)
+    return pack_rows(corpus.train, corpus.train_starts, rng, cfg.batch_size, cfg.seq_len + 1)
 
 
-def eval_batches(data: np.ndarray, cfg: Config) -> list[np.ndarray]:
-    """Fixed, evenly spaced windows of the held-out set."""
-    n = cfg.eval_batches * cfg.batch_size
-    if len(data) < cfg.seq_len + 2:
+def eval_batches(corpus: Corpus, cfg: Config) -> list[Batch]:
+    """Fixed packed rows of the held-out set (the same on every run)."""
+    if len(corpus.heldout) < cfg.seq_len + 2:
         raise ValueError(
-            f"held-out set has {len(data)} bytes, fewer than seq_len + 2 = {cfg.seq_len + 2}; "
-            "raise --max-corpus-mb"
+            f"held-out set has {len(corpus.heldout)} bytes, fewer than seq_len + 2 = "
+            f"{cfg.seq_len + 2}; raise --max-corpus-mb"
         )
-    starts = np.linspace(0, len(data) - cfg.seq_len - 2, n).astype(np.int64)
-    windows = data[starts[:, None] + np.arange(cfg.seq_len + 1)].astype(np.int32)
-    return list(windows.reshape(cfg.eval_batches, cfg.batch_size, cfg.seq_len + 1))
+    rng = np.random.default_rng([cfg.seed, 2**31 - 1])
+    return [
+        pack_rows(corpus.heldout, corpus.heldout_starts, rng, cfg.batch_size, cfg.seq_len + 1)
+        for _ in range(cfg.eval_batches)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
 # Model
 
 
-def jax_nn_causal_attention(implementation: str | None = None) -> Callable[..., jax.Array]:
-    """The baseline ``attention_fn``: ``jax.nn.dot_product_attention(..., is_causal=True)``.
+# An attention function of this model: (q, k, v [batch, seq, heads, head_dim], segment_ids int32
+# [batch, seq]) -> [batch, seq, heads, head_dim], causal inside each document.
+AttentionFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
 
-    It accepts what ``nnx.MultiHeadAttention`` passes and refuses what this model never uses.
-    """
 
-    def attention_fn(
-        query: jax.Array,
-        key: jax.Array,
-        value: jax.Array,
-        *,
-        mask: jax.Array | None = None,
-        dropout_rate: float = 0.0,
-        module: Any = None,
-        dtype: Any = None,
-        **_unused: Any,  # dropout_rng, deterministic, broadcast_dropout, precision, is_causal
-    ) -> jax.Array:
-        if mask is not None or dropout_rate or module is not None:
-            raise NotImplementedError("the example's baseline takes no mask, dropout or sow")
-        if dtype is not None:
-            query, key, value = (x.astype(dtype) for x in (query, key, value))
+def jax_fa4_packed_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array
+) -> jax.Array:
+    """jax_fa4: causal attention inside each document of a packed row (segment ids)."""
+    return jax_fa4.attention(q, k, v, causal=True, segment_ids=segment_ids)
+
+
+def jax_nn_packed_attention(implementation: str | None = None) -> AttentionFn:
+    """The baseline: ``jax.nn.dot_product_attention(..., is_causal=True)`` with the dense
+    same-document mask ``[batch, 1, seq, seq]`` that the segment ids stand for."""
+
+    def attention_fn(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array) -> jax.Array:
+        same_doc = segment_ids[:, None, :, None] == segment_ids[:, None, None, :]
         return jax.nn.dot_product_attention(
-            query, key, value, is_causal=True, implementation=implementation
+            q, k, v, mask=same_doc, is_causal=True, implementation=implementation
         )
 
     return attention_fn
 
 
-def attention_fn_for(cfg: Config) -> Callable[..., jax.Array]:
+def attention_fn_for(cfg: Config) -> AttentionFn:
     if cfg.attention == "jax_fa4":
-        return make_attention_fn(causal=True)
+        return jax_fa4_packed_attention
     if cfg.attention == "jax_nn":
-        return jax_nn_causal_attention(cfg.jax_nn_implementation)
+        return jax_nn_packed_attention(cfg.jax_nn_implementation)
     raise ValueError(f"attention must be one of {ATTENTIONS}; got {cfg.attention!r}")
 
 
-class Block(nnx.Module):
-    """Pre-LayerNorm transformer block: causal self-attention and a GELU MLP."""
+class SelfAttention(nnx.Module):
+    """Multi-head self-attention over packed rows: q/k/v projections, `attention_fn`, output
+    projection; [batch, seq, d_model] -> [batch, seq, d_model] in the compute dtype."""
 
-    def __init__(self, cfg: Config, attention_fn: Callable[..., jax.Array], *, rngs: nnx.Rngs):
+    def __init__(self, cfg: Config, attention_fn: AttentionFn, *, rngs: nnx.Rngs):
+        dtype, d, h = cfg.compute_dtype(), cfg.d_model, cfg.num_heads
+        self.qkv = nnx.LinearGeneral(
+            d, (3, h, cfg.head_dim), use_bias=False, dtype=dtype, rngs=rngs
+        )
+        self.out = nnx.LinearGeneral(
+            (h, cfg.head_dim), d, axis=(-2, -1), use_bias=False, dtype=dtype, rngs=rngs
+        )
+        self.attention_fn = attention_fn
+
+    def __call__(self, x: jax.Array, segment_ids: jax.Array) -> jax.Array:
+        qkv = self.qkv(x)  # [batch, seq, 3, heads, head_dim]
+        o = self.attention_fn(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], segment_ids)
+        return self.out(o)
+
+
+class Block(nnx.Module):
+    """Pre-LayerNorm transformer block: causal self-attention (per document) and a GELU MLP."""
+
+    def __init__(self, cfg: Config, attention_fn: AttentionFn, *, rngs: nnx.Rngs):
         dtype = cfg.compute_dtype()
         d = cfg.d_model
         self.ln1 = nnx.LayerNorm(d, rngs=rngs)
-        self.attn = nnx.MultiHeadAttention(
-            num_heads=cfg.num_heads,
-            in_features=d,
-            dtype=dtype,
-            use_bias=False,
-            decode=False,
-            attention_fn=attention_fn,
-            rngs=rngs,
-        )
+        self.attn = SelfAttention(cfg, attention_fn, rngs=rngs)
         self.ln2 = nnx.LayerNorm(d, rngs=rngs)
         self.fc1 = nnx.Linear(d, cfg.mlp_ratio * d, dtype=dtype, rngs=rngs)
         self.fc2 = nnx.Linear(cfg.mlp_ratio * d, d, dtype=dtype, rngs=rngs)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x = x + self.attn(self.ln1(x)).astype(x.dtype)
+    def __call__(self, x: jax.Array, segment_ids: jax.Array) -> jax.Array:
+        x = x + self.attn(self.ln1(x), segment_ids).astype(x.dtype)
         return x + self.fc2(nnx.gelu(self.fc1(self.ln2(x)))).astype(x.dtype)
 
 
 class ByteLM(nnx.Module):
     """Decoder-only byte-level language model; logits tied to the byte embedding."""
 
-    def __init__(self, cfg: Config, attention_fn: Callable[..., jax.Array], *, rngs: nnx.Rngs):
+    def __init__(self, cfg: Config, attention_fn: AttentionFn, *, rngs: nnx.Rngs):
         if cfg.d_model % cfg.num_heads:
             raise ValueError(f"d_model {cfg.d_model} is not a multiple of heads {cfg.num_heads}")
         self.embed = nnx.Embed(256, cfg.d_model, rngs=rngs)
@@ -262,11 +332,21 @@ class ByteLM(nnx.Module):
         self.blocks = nnx.List([Block(cfg, attention_fn, rngs=rngs) for _ in range(cfg.num_layers)])
         self.ln_f = nnx.LayerNorm(cfg.d_model, rngs=rngs)
 
-    def __call__(self, tokens: jax.Array) -> jax.Array:
-        """int32 [batch, seq] -> float32 logits [batch, seq, 256]."""
-        x = self.embed(tokens) + self.pos(jnp.arange(tokens.shape[-1]))
+    def __call__(
+        self,
+        tokens: jax.Array,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+    ) -> jax.Array:
+        """int32 tokens [batch, seq] (segment ids and positions int32 [batch, seq]; default: one
+        document per row) -> float32 logits [batch, seq, 256]."""
+        if segment_ids is None:
+            segment_ids = jnp.ones(tokens.shape, jnp.int32)
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(tokens.shape[-1]), tokens.shape)
+        x = self.embed(tokens) + self.pos(positions)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, segment_ids)
         return self.embed.attend(self.ln_f(x))
 
 
@@ -289,10 +369,15 @@ def make_optimizer(cfg: Config) -> optax.GradientTransformation:
     )
 
 
-def loss_fn(model: ByteLM, batch: jax.Array) -> jax.Array:
-    """Mean next-byte cross-entropy in nats."""
-    logits = model(batch[:, :-1])
-    return optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
+def loss_fn(model: ByteLM, batch: tuple[jax.Array, jax.Array, jax.Array]) -> jax.Array:
+    """Mean next-byte cross-entropy in nats over the predictions inside a document (the byte
+    after a document's last one starts the next document: not predicted). batch: (tokens,
+    segment_ids, positions), int32 [batch, seq_len + 1] each."""
+    tokens, segment_ids, positions = batch
+    logits = model(tokens[:, :-1], segment_ids[:, :-1], positions[:, :-1])
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:])
+    same_doc = (segment_ids[:, 1:] == segment_ids[:, :-1]).astype(losses.dtype)
+    return jnp.sum(losses * same_doc) / jnp.maximum(jnp.sum(same_doc), 1.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,13 +404,13 @@ class Trainer:
     def _compile(self) -> None:
         graphdef = self.graphdef
 
-        def step(state: Any, batch: jax.Array) -> tuple[Any, jax.Array]:
+        def step(state: Any, batch: tuple[jax.Array, ...]) -> tuple[Any, jax.Array]:
             model, optimizer = nnx.merge(graphdef, state)
             loss, grads = nnx.value_and_grad(loss_fn)(model, batch)
             optimizer.update(model, grads)
             return nnx.state((model, optimizer)), loss
 
-        def evaluate(state: Any, batch: jax.Array) -> jax.Array:
+        def evaluate(state: Any, batch: tuple[jax.Array, ...]) -> jax.Array:
             model, _ = nnx.merge(graphdef, state)
             return loss_fn(model, batch)
 
@@ -341,8 +426,8 @@ class Trainer:
         model, _ = nnx.merge(self.graphdef, self.state)
         return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
-    def eval_loss(self, batches: Sequence[np.ndarray]) -> float:
-        return float(np.mean([float(self.evaluate(self.state, b)) for b in batches]))
+    def eval_loss(self, batches: Sequence[Batch]) -> float:
+        return float(np.mean([float(self.evaluate(self.state, b.as_tuple())) for b in batches]))
 
     def sample(self, prompt: bytes, n: int, temperature: float = 0.8) -> bytes:
         """Generates n bytes after prompt (a full forward per byte: simple, not fast)."""
@@ -409,15 +494,21 @@ def train(cfg: Config, out: pathlib.Path, corpus: Corpus | None = None, resume: 
     """
     out.mkdir(parents=True, exist_ok=True)
     corpus = corpus or load_stdlib_corpus(cfg.heldout_percent, cfg.max_corpus_mb)
-    evals = eval_batches(corpus.heldout, cfg)
+    evals = eval_batches(corpus, cfg)
     trainer = Trainer.create(cfg)
     tokens_per_step = cfg.batch_size * cfg.seq_len
+    docs_per_row = float(np.mean([b.segment_ids.max(axis=1).mean() for b in evals]))
     print(
         f"[{cfg.attention}] {trainer.num_params() / 1e6:.2f}M parameters, head_dim "
         f"{cfg.head_dim}, compute dtype {cfg.compute_dtype().name}, device "
         f"{jax.devices()[0].device_kind}; corpus {len(corpus.train) / 1e6:.1f} MB train "
         f"({corpus.train_files} files), {len(corpus.heldout) / 1e6:.2f} MB held out "
         f"({corpus.heldout_files} files) from {corpus.root}",
+        flush=True,
+    )
+    print(
+        f"[{cfg.attention}] packed sequences: {docs_per_row:.1f} documents (file crops) per row "
+        f"of {cfg.seq_len} bytes on average, segment ids, causal attention inside each document",
         flush=True,
     )
 
@@ -447,7 +538,7 @@ def train(cfg: Config, out: pathlib.Path, corpus: Corpus | None = None, resume: 
         pending.clear()
 
     for step in range(start, cfg.steps):
-        batch = train_batch(corpus.train, step, cfg)
+        batch = train_batch(corpus, step, cfg).as_tuple()
         trainer.state, loss = trainer.step(trainer.state, batch)
         pending.append(loss)
         if compile_seconds is None:  # the first step compiles: time it apart
@@ -498,6 +589,11 @@ def train(cfg: Config, out: pathlib.Path, corpus: Corpus | None = None, resume: 
             "heldout_files": corpus.heldout_files,
         },
         "params": trainer.num_params(),
+        "packing": {
+            "segment_ids": True,
+            "documents_per_row": docs_per_row,
+            "attention": "causal inside each document",
+        },
         "tokens_per_step": tokens_per_step,
         "train_loss": history["train_loss"],
         "eval": history["eval"],
