@@ -56,7 +56,8 @@ static_assert(kBlockK == kVisStride, "a tile's visibility row spans one key bloc
 static_assert(kBlockQ <= kVisStride, "kKeyRows products index visibility rows by query");
 
 // The score modifier, the one place where raw dot products q.k become the softmax's logits, in
-// log2 units: log2(e) * s' with s = scale * q.k and s' = s, or softcap * tanh(s / softcap).
+// log2 units: log2(e) * s' with s = scale * q.k and s' = s, or softcap * tanh(s / softcap)
+// (tanh_approx, tile_math.h: vectorised, about two ulps).
 struct ScoreMod {
   float scale;       // softmax_scale
   float scale_log2;  // scale * log2(e)
@@ -76,7 +77,7 @@ struct ScoreMod {
     if (!capped) {
       for (int64_t j = 0; j < n; ++j) x[j] *= scale_log2;
     } else {
-      for (int64_t j = 0; j < n; ++j) x[j] = cap_log2 * std::tanh(x[j] * cap_in);
+      for (int64_t j = 0; j < n; ++j) x[j] = cap_log2 * tanh_approx(x[j] * cap_in);
     }
   }
 };
@@ -169,7 +170,7 @@ JAX_FA4_HOT void backward_p_ds(const float* q, const float* d_o, const float* o,
       }
     } else {
       for (int64_t j = 0; j < cols; ++j) {
-        const float th = std::tanh(pi[j] * mod.cap_in);
+        const float th = tanh_approx(pi[j] * mod.cap_in);
         pi[j] = exp2_approx(th * mod.cap_log2 - lse2[i]);
         dsi[j] = pi[j] * ((dsi[j] - delta_i) + dlse[i]) * (mod.scale * (1.0f - th * th));
       }

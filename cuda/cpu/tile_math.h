@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -144,6 +145,23 @@ inline float exp2_approx(float x) {
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return p * scale;
+}
+
+// tanh to about two float32 ulps, branch-free so that loops over it vectorise (std::tanh does
+// not): for |x| < 0.625 an odd polynomial, x * P(x^2) with P a least-squares fit of tanh(x) / x
+// on that range; beyond it (1 - e) / (1 + e) with e = exp(-2|x|) <= 0.29, whose subtraction
+// cancels nothing. A NaN stays NaN (it selects the polynomial); +-Inf gives +-1.
+inline float tanh_approx(float x) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float a = std::fabs(x);
+  const float u = a * a;
+  constexpr float c1 = -0.3333328068256378f, c2 = 0.13331381976604462f, c3 = -0.05373531952500343f,
+                  c4 = 0.020626291632652283f, c5 = -0.005691985599696636f;
+  const float poly = a * (1.0f + u * (c1 + u * (c2 + u * (c3 + u * (c4 + u * c5)))));
+  // |x| >= 44 is 1 in float32 anyway; clamping keeps exp2_approx's argument finite for NaN.
+  const float e = exp2_approx(-2.0f * kLog2e * (a < 44.0f ? a : 44.0f));
+  const float big = (1.0f - e) / (1.0f + e);
+  return std::copysign(!(a >= 0.625f) ? poly : big, x);
 }
 
 // Eight partial sums so the compiler can vectorise without reassociating (no -ffast-math).
