@@ -11,6 +11,15 @@ themselves are in :mod:`jax_fa4.ring_engine`, which the automatic partitioning o
 :func:`jax_fa4.attention` (:mod:`jax_fa4.sharding`) runs as well; this module holds the public
 call, its checks and its VJP, and the host-side layout helpers.
 
+Variants (the arguments of :func:`jax_fa4.attention`, over the global sequence): a sliding
+window becomes, for each ring step, the window shifted to its block pair's positions (bounds that
+may be negative), and the steps whose block pairs see nothing of each other are skipped, kernel
+call and transfer; segment ids are split like q and k, the kv ids travelling with their K/V
+block; the soft cap applies in every step; the sinks join the final combination of the steps'
+partial results once (their gradient is computed from the final lse). Lengths of the global
+sequence work without causal and window (as per-block lengths); with them they are an error,
+never an approximation: the lengths would move the band's diagonal per batch entry.
+
 Layouts. Without a causal mask any assignment of sequence positions to devices works (as long as
 q, k and v use the same one). With a causal mask the mask depends on where the blocks sit, so
 ``layout`` must say how the caller laid the sequence out:
