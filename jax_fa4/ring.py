@@ -405,6 +405,11 @@ def ring_attention(
         for name, x in (("query_seq_lengths", q_lengths), ("key_value_seq_lengths", kv_lengths))
         if x is not None
     ]
+    # A side that spans the whole global sequence bounds nothing: dropped, so that a causal ring
+    # with such a window runs balanced like a plain causal one.
+    window = tuple(
+        None if w is not None and w >= n * max(dims.seq_q, dims.seq_k) - 1 else w for w in window
+    )
     _check_lengths_without_band(causal, window, given)
     banded = causal or window != (None, None)
     if banded and dims.seq_q != dims.seq_k:

@@ -460,12 +460,13 @@ def _primitive_counts(jaxpr, acc=None) -> dict[str, int]:
 
 @pytest.mark.parametrize(
     ("window", "fwd_calls", "transfers"),
-    [((5, 0), 2, 1), ((12, 3), 4, 3), (None, N, N - 1)],
+    [((5, 0), 2, 1), ((12, 3), 4, 3), (None, N, N - 1), ((10**6, 63), N, N - 1)],
 )
 def test_window_skips_invisible_steps(window, fwd_calls, transfers):
     """Local blocks of 8: a causal window of 5 sees the own block and the previous one (one
     transfer); (12, 3) sees two earlier blocks and the next one (steps 0, 1, 2 and n - 1: the
-    next block comes the other way round); no window: the whole ring. No branches; each
+    next block comes the other way round); no window, or one spanning the whole sequence of 64:
+    the whole ring. No branches; each
     transfer moves k and v (two ppermutes), the backward's dK/dV go home once per chain."""
     q, k, v = random_qkv(jax.random.key(5), 1, 64, 64, 2, 2, 16, 16, jnp.float32)
     fn = jax.shard_map(
