@@ -56,7 +56,7 @@ class EntryMask {
     }
     // Row i holds key j in its band iff j - off - right <= i <= j - off + left.
     *lo = bounded(right_) ? std::clamp<int64_t>(c0 - off_ - right_, 0, q_len_) : 0;
-    *hi = bounded(left_) ? std::clamp<int64_t>(c1 - 1 - off_ + left_ + 1, 0, q_len_) : q_len_;
+    *hi = bounded(left_) ? std::clamp<int64_t>(c1 - off_ + left_, 0, q_len_) : q_len_;  // (c1 - 1) - off + left + 1
   }
 
   // The visibility of rows [i0, i0 + rows) x keys [k0, k0 + cols) (rows, cols <= kVisStride).
