@@ -30,6 +30,7 @@ import datetime as _dt
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -206,6 +207,7 @@ def measure(impl: str, cell: Cell, repeats: int, do_bwd: bool) -> dict[str, Any]
         t_fwd = time_compiled(f, (q, k, v), repeats, 1.0) / n
         rec["fwd_tflops"] = round(flops / t_fwd / 1e12, 1)
         notes.append(f"fwd {t_fwd * 1e3:.3f} ms")
+        print(f"  {impl} {cell.variant}: fwd {rec['fwd_tflops']} TFLOP/s", flush=True)
         if do_bwd:
             g = compile_fn(fwd_bwd_chain(attn, n), (q, k, v, do))
             t_bwd = time_compiled(g, (q, k, v, do), repeats, 1.0) / n - t_fwd
@@ -235,6 +237,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1, help="passes over the grid (records each)")
     p.add_argument("--no-bwd", action="store_true")
     p.add_argument("--out", default=None)
+    p.add_argument(
+        "--max-seconds", type=float, default=540, help="start no new cell after this many seconds"
+    )
+    p.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=150,
+        help="a cell running longer is taken for a hang: write what was measured, exit 3",
+    )
     a = p.parse_args(argv)
     impls = a.impls.split(",")
     env = environment()
@@ -242,10 +253,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"bf16 8192^3 matmul chain: {env['matmul_tflops']} TFLOP/s", flush=True)
     records: list[dict[str, Any]] = []
     t0 = time.perf_counter()
+
+    def write() -> None:
+        if a.out:
+            with open(a.out, "w") as fh:
+                doc = {"date": _dt.date.today().isoformat(), "environment": env, "records": records}
+                json.dump(doc, fh, indent=1)
+
+    def hung(what: str) -> None:
+        print(f"!! {what} ran past --cell-timeout {a.cell_timeout:g} s: a hang", flush=True)
+        write()
+        sys.stdout.flush()
+        os._exit(3)
+
     for r in range(a.rounds):
         for cell in cells(a.variants.split(","), a.seq):
             for impl in impls:
+                if time.perf_counter() - t0 > a.max_seconds:
+                    print(f"--max-seconds {a.max_seconds:g} spent: stopping", flush=True)
+                    write()
+                    return 0
+                watchdog = threading.Timer(a.cell_timeout, hung, (f"{impl} {cell.variant}",))
+                watchdog.daemon = True
+                watchdog.start()
                 rec = measure(impl, cell, a.repeats, not a.no_bwd)
+                watchdog.cancel()
                 rec["round"] = r
                 records.append(rec)
                 print(
@@ -253,17 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{rec['fwd_tflops']} bwd {rec['bwd_tflops']}  ({rec.get('note', '')})",
                     flush=True,
                 )
-                if a.out:
-                    with open(a.out, "w") as fh:
-                        json.dump(
-                            {
-                                "date": _dt.date.today().isoformat(),
-                                "environment": env,
-                                "records": records,
-                            },
-                            fh,
-                            indent=1,
-                        )
+                write()
     print(f"total {time.perf_counter() - t0:.0f} s")
     return 0
 
