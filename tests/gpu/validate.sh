@@ -73,10 +73,12 @@ if has harness; then
     timeout "$(cap 90 150)" "$@" >> $log 2>&1
     stamp "$label rc=$? $(grep -E '(cases|runs) passed' $log | tail -1)"
   }
-  run_h $F "fwd harness: library + every configuration" $H/fwd_check
+  run_h $F "fwd harness: library + every configuration, dense and causal" $H/fwd_check --no-variants
+  run_h $F "fwd harness: library + every configuration, variants" $H/fwd_check --variants-only
   run_h $F "fwd harness: persistent, 3 CTAs" $H/fwd_check --configs "hd64 persistent,hd128 persistent" --max-ctas 3
   run_h $F "fwd harness: persistent, 5 CTAs, one-pair sections" $H/fwd_check --configs "hd64 persistent,hd128 persistent" --max-ctas 5 --section 1
-  run_h $B "bwd harness: library + every configuration" $H/bwd_check ${BWD_CHECK_ARGS:-}
+  run_h $B "bwd harness: library + every configuration, dense and causal" $H/bwd_check --no-variants ${BWD_CHECK_ARGS:-}
+  run_h $B "bwd harness: library + every configuration, variants" $H/bwd_check --variants-only ${BWD_CHECK_ARGS:-}
   run_h $B "bwd harness: persistent, 3 CTAs" $H/bwd_check --config "hd128 persistent" --hd 128 --max-ctas 3
   grep -hE "^FAIL" $F $B | head -10 | tee -a "$S"
 fi
