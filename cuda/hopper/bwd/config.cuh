@@ -120,9 +120,12 @@ struct BwdTile {
   static_assert(BlockM == 64 || BlockM == 128, "dQ is cut into 64-row wgmma tiles");
   static_assert(s_cols() % 16 == 0 && s_cols() >= 32, "S^T slice width must be a wgmma N");
   static_assert(dq_cols() % 64 == 0 && dkv_cols() % 64 == 0, "whole 64-column chunks");
-  static_assert(ProducerRegs + consumer_warpgroups() * ConsumerRegs <= 512 && ProducerRegs % 8 == 0 &&
-                    ConsumerRegs % 8 == 0,
-                "register split must fit 64K registers per SM (in units of 128 threads)");
+  // The CTA's register pool is threads() x the entry count (64K / threads() rounded down to 8:
+  // 168), not 64K: setmaxnreg.inc past it waits forever (bwd_entry_regs, variant.cuh).
+  static_assert(ProducerRegs + consumer_warpgroups() * ConsumerRegs <=
+                        (threads() / 128) * (65536 / threads() / 8 * 8) &&
+                    ProducerRegs % 8 == 0 && ConsumerRegs % 8 == 0,
+                "register split must fit the CTA's entry allocation (3 x 168 per 128 threads)");
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
   static_assert(dq_offset() % 1024 == 0 && dq_tile_bytes() % 16 == 0, "bulk copy alignment");
 };
@@ -205,6 +208,9 @@ struct BwdTileKv80 {
                 "128-byte swizzle atoms need 1024-byte aligned tiles");
   static_assert(epi_dv_offset() + 80 * epi_row_bytes() <= lse_offset(), "epilogue staging fits the rings");
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
+  static_assert(producer_regs() + consumer_warpgroups() * consumer_regs() <=
+                    (threads() / 128) * (65536 / threads() / 8 * 8),
+                "register split must fit the CTA's entry allocation (3 x 168 per 128 threads)");
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   __syncthreads();
 
   if (wg == 0) {
-    setmaxnreg_dec<Cfg::producer_regs()>();
+    setmaxnreg_dec<bwd_producer_regs<Cfg, K>()>();
     if (threadIdx.x == 0) {
       const int tiles = args.n_blocks * args.heads_kv * args.batch;
       StagedPipeline<Cfg::q_stages(), 1> q_ring{q_bars};

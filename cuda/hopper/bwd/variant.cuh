@@ -137,12 +137,31 @@ __device__ __forceinline__ TileMask<MaskKind::kVariant> bwd_variant_mask(uint8_t
   return m;
 }
 
-// The producer warpgroup's registers: the configuration's, or for kVariant whatever the two
-// consumer warpgroups leave of the 512 (the loader and the writer evaluate the variant's ranges,
-// and the writer its deterministic ranks).
+// The registers per thread every warp holds at entry: __launch_bounds__(threads, 1) lets ptxas
+// use 64K / threads, rounded down to the allocation unit of 8 (168 at 384 threads; ptxas -v
+// reports exactly that for every backward main kernel). The CTA's register pool is that many per
+// thread and setmaxnreg only moves registers inside it: a setmaxnreg.inc waits until enough
+// registers were given back by setmaxnreg.dec, so if the warpgroups' targets add up to more
+// than threads() x this, a consumer warpgroup waits in setmaxnreg.inc forever (the whole CTA
+// hangs: its partner blocks at the first Pds barrier, the loader on a full ring).
+template <class Cfg>
+constexpr int bwd_entry_regs() {
+  return 65536 / Cfg::threads() / 8 * 8;
+}
+
+// The producer warpgroup's registers: whatever the consumer warpgroups leave of the CTA's pool
+// (the configuration's own producer_regs() for every configuration built: 24 beside 2 x 240, 40
+// beside 2 x 232). The kVariant kernels too: their loader and writer evaluate the variant's
+// ranges (and the writer its deterministic ranks) at that budget, spilling there rather than in
+// the consumers. (512 - 2 x 240 = 32 overdrew the 504-register pool by 8 per thread: the second
+// consumer warpgroup's setmaxnreg.inc never returned.)
 template <class Cfg, MaskKind K>
 constexpr int bwd_producer_regs() {
-  return K == MaskKind::kVariant ? 512 - Cfg::consumer_warpgroups() * Cfg::consumer_regs() : Cfg::producer_regs();
+  constexpr int pool = (1 + Cfg::consumer_warpgroups()) * bwd_entry_regs<Cfg>();
+  constexpr int regs = pool - Cfg::consumer_warpgroups() * Cfg::consumer_regs();
+  static_assert(regs >= 24 && regs % 8 == 0, "setmaxnreg takes 24 .. 256 in steps of 8");
+  static_assert(regs == Cfg::producer_regs(), "the configuration's producer share is the pool's remainder");
+  return regs;
 }
 
 // This batch entry's query chunk ranges (valid with segment ids).
