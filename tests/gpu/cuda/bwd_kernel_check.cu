@@ -8,15 +8,16 @@
 // (not for the persistent configuration, which has none). Then (--bench) kernel-only timings of
 // the whole backward (preprocess + main + postprocess) on the FlashAttention-3 grid;
 // --deterministic-bench adds the deterministic mode's rows. A hang in the deterministic mode (a
-// semaphore never reaching its value) shows as a timeout of the whole binary (run it under
-// `timeout`). Build (on the GPU machine):
+// semaphore never reaching its value, a barrier or setmaxnreg nobody completes) prints
+// "HANG <configuration> <case>" once a run exceeds --timeout seconds (default 30) and exits 3;
+// stdout is line-buffered, so a redirected log shows every finished line. Build (on the GPU machine):
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda \
 //        -Xcompiler -fopenmp tests/gpu/cuda/bwd_kernel_check.cu cuda/hopper/bwd/*.cu \
 //        cuda/hopper/common/tensor_map.cu -o bwd_check
 // Options: --config NAME (repeatable: "library", "hd64", "hd128", "hd128 persistent",
 // "hd256 (64x80)"; default all), --hd D (repeatable), --lpt 0|1, --max-ctas N, --modes 0,1
 // (0 default, 1 deterministic), --no-check, --bench, --quick-bench, --deterministic-bench,
-// --seqs 2048,16384.
+// --seqs 2048,16384, --timeout S (seconds before a run counts as hung).
 // Attention variants (issue 20): after the dense / causal shapes the check runs a suite of variant
 // cases (window bands, negative ring bounds, padding lengths with out-of-range values, sorted and
 // unsorted segment ids, soft cap, sinks in the forward's lse, and all of them combined with GQA);
@@ -29,12 +30,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "check_util.h"
@@ -308,6 +311,22 @@ static Err compare(const std::vector<uint16_t>& got, const std::vector<double>& 
 // Which modes the check runs (--modes, default both): 0 default, 1 deterministic.
 static bool g_modes[2] = {true, true};
 
+// Seconds a run may take before it counts as hung (--timeout).
+static int g_timeout_s = 30;
+
+// Waits for the legacy default stream (every launch of a run goes there) at most `seconds`:
+// cudaErrorNotReady when it is still busy then, else the synchronize's result.
+static cudaError_t wait_for_device(int seconds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (true) {
+    const cudaError_t q = cudaStreamQuery(0);
+    if (q != cudaErrorNotReady) break;
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(seconds)) return cudaErrorNotReady;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return cudaDeviceSynchronize();
+}
+
 // Runs one case for every selected target and mode, two launches each; returns the number of
 // failing runs.
 static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std::vector<const Target*>& targets,
@@ -392,6 +411,7 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   for (const Target* t : targets) {
     for (int det = 0; det < 2; ++det) {
       if (!g_modes[det] || !target_runs(*t, c.d, det != 0, c.v.any())) continue;
+      std::fflush(stdout);  // everything so far is out before the launch (a hang shows where)
       p.deterministic = det != 0;
       ++*runs;
       const char* mode = det ? " det" : "    ";
@@ -409,7 +429,15 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
           launched = false;
           break;
         }
-        cudaError_t e = cudaDeviceSynchronize();
+        // A hang (a barrier or semaphore nobody completes) shows as this run timing out, named,
+        // instead of a silent binary: poll the stream against --timeout seconds.
+        cudaError_t e = wait_for_device(g_timeout_s);
+        if (e == cudaErrorNotReady) {
+          std::printf("HANG %-16s %s%s: not finished after %d s (the kernel is stuck; exiting)\n", t->name,
+                      describe(c).c_str(), mode, g_timeout_s);
+          std::fflush(stdout);
+          std::_Exit(3);  // the device cannot be reset from here; exit without waiting on it
+        }
         if (e != cudaSuccess) {
           std::printf("FAIL %-16s %s%s: kernel error %s\n", t->name, describe(c).c_str(), mode, cudaGetErrorString(e));
           std::exit(2);  // the context is gone
@@ -585,10 +613,24 @@ static std::vector<Case> variant_cases() {
   add(3, 400, 400, 4, 2, true, all);
   all.segments = 2;
   add(2, 300, 350, 4, 1, false, all);
+  w.left = 256, w.right = 0;
+  add(1, 1024, 1024, 4, 4, true, w);  // causal with a left window: the benchmark's shape, scaled down
+  // Each case stays small: the float64 reference visits b x hq x sq x sk pairs and, for the
+  // visible ones, 6 d flops; at head dim 256 this bound keeps a case under ~1 s on 16 cores and
+  // the whole suite (every head dim, both dtypes, every configuration and mode) well under 60 s.
+  for (const Case& c : out) {
+    if (double(c.b) * c.hq * c.sq * c.sk * 256 > 4.3e9) {
+      std::printf("variant case b=%d sq=%d sk=%d hq=%d too large for the suite\n", c.b, c.sq, c.sk, c.hq);
+      std::exit(2);
+    }
+  }
   return out;
 }
 
 int main(int argc, char** argv) {
+  // Line-buffered even into a file or pipe: a run that hangs (or a killed binary) has printed
+  // every finished line.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   bool do_bench = false, do_check = true, det_bench = false, quick = false;
   bool variants = true, variants_only = false, shapes_variant = false;
   Variant given;
@@ -606,6 +648,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--max-ctas") && i + 1 < argc) g_max_ctas = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--lpt") && i + 1 < argc) g_lpt = std::atoi(argv[++i]) != 0 ? 1 : 0;
     else if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = int_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--timeout") && i + 1 < argc) g_timeout_s = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--no-variants")) variants = false;
     else if (!std::strcmp(argv[i], "--variants-only")) variants_only = true;
     else if (!std::strcmp(argv[i], "--window") && i + 1 < argc) {
