@@ -9,6 +9,11 @@
 //   --section N       (head, batch) pairs per longest-first section instead of the model's choice
 //   --quick           three small bf16 shapes and two variant ones only (for compute-sanitizer)
 //   --no-variants     skip the attention-variant cases   --variants-only   run only those
+//   --bench-shapes    only the benchmark's variant cells: bf16, batch 1, 16 heads, hd128, seq 16384,
+//                     causal with windows (4096, 0) and (1024, 0), soft cap 30, sinks, and 8
+//                     documents of 2048 (sorted segment ids); rows checked at a stride of 61
+//   --timeout-s N     a launch still running after N seconds (default 120) prints HANG with the
+//                     case and exits with code 4 (stdout is line-buffered, so the last line names it)
 // The variant cases (window bands, negative bands, query / key lengths, segment ids sorted and
 // unsorted, soft cap, sinks, and combinations of them) run on every selected configuration; the
 // float64 reference implements the variant semantics of common/problem.h, and NaN is planted in
@@ -19,12 +24,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hopper/fwd/config.cuh"
@@ -60,6 +67,24 @@ static const Runner kRunners[] = {
     {fa4::hopper::FwdHd256<MaskKind::kDense>::name(), 256, run_config<fa4::hopper::FwdHd256>},
 };
 static FwdScheduleParams g_params;  // --max-ctas, --section
+static double g_timeout_s = 120;     // --timeout-s
+
+// Waits for the launch on the default stream; one still running after g_timeout_s is reported as
+// a hang (the case named) and the process exits with code 4 (the driver tears the context down).
+static void wait_or_report_hang(const std::string& what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(0);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) CHECK_CUDA(e);
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > g_timeout_s) {
+      std::printf("HANG %s: still running after %.0f s\n", what.c_str(), g_timeout_s);
+      std::fflush(stdout);
+      std::_Exit(4);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 
 static const Runner* find_runner(const std::string& name) {
   for (const Runner& r : kRunners)
@@ -72,7 +97,8 @@ static bool runs_at(const Runner& r, int d) { return r.head_dim == 0 || r.head_d
 struct Variant {
   int left = kUnb, right = kUnb;  // the window band around the diagonal (may be negative)
   int lengths = 0;                // 1: per-batch q and kv lengths (0, full, partial), 2: kv only
-  int segments = 0;               // 1: sorted ids (packed documents), 2: unsorted ids in {0, 1, 2}
+  int segments = 0;               // 1: sorted ids (packed documents), 2: unsorted ids in {0, 1, 2},
+                                  // 3: documents of 2048 (the benchmark's packing)
   float softcap = 0.f;
   bool sinks = false;
   bool any() const {
@@ -90,6 +116,7 @@ struct Case {
   // Negative: the maximum sits in the first block the kernel computes.
   float growth = 0.f;
   Variant var = {};
+  int row_stride = 0;  // checked rows: every row_stride-th and the last 130 (0: by size)
 };
 
 static std::string describe(const Case& c) {
@@ -107,7 +134,7 @@ static std::string describe(const Case& c) {
     out += " window=(" + side(v.left) + "," + side(v.right) + ")";
   }
   if (v.lengths) out += v.lengths == 1 ? " lengths" : " kv-lengths";
-  if (v.segments) out += v.segments == 1 ? " segments-sorted" : " segments-unsorted";
+  if (v.segments) out += v.segments == 1 ? " segments-sorted" : v.segments == 2 ? " segments-unsorted" : " documents-of-2048";
   if (v.softcap > 0.f) {
     std::snprintf(buf, sizeof buf, " softcap=%g", v.softcap);
     out += buf;
@@ -161,7 +188,9 @@ static VariantData make_variant(const Case& c, std::mt19937_64& rng) {
     auto ids = [&](int seq) {
       std::vector<int32_t> out(size_t(c.b) * seq);
       for (int b = 0; b < c.b; ++b) {
-        if (v.segments == 1) {
+        if (v.segments == 3) {
+          for (int i = 0; i < seq; ++i) out[size_t(b) * seq + i] = 1 + i / 2048;
+        } else if (v.segments == 1) {
           // Documents of random lengths (1 .. seq / 3), ids rising from b.
           int id = b, left = 0;
           for (int i = 0; i < seq; ++i) {
@@ -179,7 +208,7 @@ static VariantData make_variant(const Case& c, std::mt19937_64& rng) {
       return out;
     };
     vd.q_ids = ids(c.sq);
-    if (c.sq == c.sk && v.segments == 1) {
+    if (c.sq == c.sk && v.segments != 2) {
       vd.kv_ids = vd.q_ids;  // the public API's one array
     } else {
       vd.kv_ids = ids(c.sk);
@@ -228,7 +257,7 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   const float scale = 1.f / std::sqrt(float(c.d));
 
   // Reference for the checked rows: o (row-major [row][d]) and lse per (b, h, checked row).
-  const int stride = (int64_t(c.sq) * c.sk > 2000000) ? 7 : 1;
+  const int stride = c.row_stride > 0 ? c.row_stride : (int64_t(c.sq) * c.sk > 2000000) ? 7 : 1;
   const int group = c.hq / c.hkv;
   std::vector<int> rows;
   for (int i = 0; i < c.sq; ++i)
@@ -325,6 +354,7 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   for (const Runner* runner : runners) {
     if (!runs_at(*runner, c.d)) continue;
     ++*runs;
+    if (c.row_stride > 0) std::printf("run  [%s] %s\n", runner->name.c_str(), describe(c).c_str());
     std::vector<uint16_t> ho(nq), ho2(nq);
     std::vector<float> hl(nlse), hl2(nlse);
     bool launch_ok = true;
@@ -339,6 +369,7 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
         launch_ok = false;
         break;
       }
+      wait_or_report_hang("[" + runner->name + "] " + describe(c));
       CHECK_CUDA(cudaDeviceSynchronize());
       CHECK_CUDA(cudaMemcpy((rep ? ho2 : ho).data(), dout, nq * 2, cudaMemcpyDeviceToHost));
       CHECK_CUDA(cudaMemcpy((rep ? hl2 : hl).data(), dlse, nlse * 4, cudaMemcpyDeviceToHost));
@@ -521,7 +552,9 @@ static std::vector<std::string> split(const std::string& t) {  // "a,b c" -> {"a
 }
 
 int main(int argc, char** argv) {
-  bool do_bench = false, do_check = true, quick = false, variants = true, dense_cases = true;
+  // Line-buffered: a hang leaves the case it hit as the last line of the log.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  bool do_bench = false, do_check = true, quick = false, variants = true, dense_cases = true, bench_shapes = false;
   std::vector<int> seqs = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> only_d;
   std::vector<const Runner*> runners;
@@ -532,6 +565,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--no-variants")) variants = false;
     if (!std::strcmp(argv[i], "--variants-only")) dense_cases = false;
+    if (!std::strcmp(argv[i], "--bench-shapes")) bench_shapes = true;
+    if (!std::strcmp(argv[i], "--timeout-s") && i + 1 < argc) g_timeout_s = std::atof(argv[++i]);
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = parse_list(argv[++i]);
     if (!std::strcmp(argv[i], "--configs") && i + 1 < argc) {
@@ -560,7 +595,29 @@ int main(int argc, char** argv) {
   const std::vector<int> dims = only_d.empty() ? std::vector<int>{64, 128, 256} : only_d;
   int failures = check_lpt_order() != 0, total = 0;
   double worst = 0;
-  if (do_check) {
+  if (do_check && bench_shapes) {
+    // The benchmark's variant cells (b, sq, sk, hq, hkv, d, bf16, causal, growth, variant, row
+    // stride): the (4096, 0) window runs the one-tile variant kernel (4096 + 128 keys per tile is
+    // over the persistent threshold), the (1024, 0) window the persistent one; every selected
+    // configuration runs each.
+    Variant w4096, w1024, cap, sink, docs;
+    w4096.left = 4096, w4096.right = 0;
+    w1024.left = 1024, w1024.right = 0;
+    cap.softcap = 30.f;
+    sink.sinks = true;
+    docs.segments = 3;  // 8 documents of 2048
+    const Case cells[] = {
+        {1, 16384, 16384, 16, 16, 128, true, true, 0.f, w4096, 61},
+        {1, 16384, 16384, 16, 16, 128, true, true, 0.f, w1024, 61},
+        {1, 16384, 16384, 16, 16, 128, true, true, 0.f, cap, 61},
+        {1, 16384, 16384, 16, 16, 128, true, true, 0.f, sink, 61},
+        {1, 16384, 16384, 16, 16, 128, true, true, 0.f, docs, 61},
+    };
+    uint64_t seed = 1000;
+    for (const Case& c : cells) failures += run_case(c, seed++, &worst, runners, &total);
+    std::printf("\n%d/%d benchmark-shape cases passed (case x configuration runs); worst max-error / tolerance = %.3f\n",
+                total - failures, total, worst);
+  } else if (do_check) {
     // b, sq, sk, hq, hkv. sk = -1: long keys so that the longest-first (head, batch) sections are
     // 3 pairs of the 4 (sections 3, 1: 32 MB / (sk * d * 4 bytes / group) = 3).
     const Case shapes[] = {
