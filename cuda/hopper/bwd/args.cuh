@@ -50,4 +50,25 @@ constexpr uint32_t kBwdDqBarrierThreads = kBwdConsumerThreads + 32;
 // step, around the adds (dq_tile_wait, dq_tile_signal).
 constexpr uint32_t kBwdBarDq = 4;
 
+// Racecheck diagnostics (docs/hopper-kernels.md, "The lse / delta racecheck report"); both off in
+// every shipped build, where they change nothing.
+// FA4_BWD_RELEASE_EVERY_THREAD=1: every consumer thread arrives on a Q / dO stage's empty barrier
+// (count 2 x 128) instead of one elected thread per warpgroup after the P / dS named barrier, so
+// each thread's own lse / delta reads precede its own release in program order (a tool that
+// does not chain bar.sync -> mbarrier.arrive -> try_wait sees the order too).
+// FA4_BWD_VEC_COPY_FIRST=1: the producer issues a step's TMA boxes and vector bulk copy before
+// its arrive.expect_tx on the full barrier (the phase cannot complete before that arrival, the
+// tx-count may dip below zero meanwhile), so the copies precede the releasing arrive in program
+// order.
+#ifndef FA4_BWD_RELEASE_EVERY_THREAD
+#define FA4_BWD_RELEASE_EVERY_THREAD 0
+#endif
+#ifndef FA4_BWD_VEC_COPY_FIRST
+#define FA4_BWD_VEC_COPY_FIRST 0
+#endif
+constexpr bool kBwdReleaseEveryThread = FA4_BWD_RELEASE_EVERY_THREAD != 0;
+constexpr bool kBwdVecCopyFirst = FA4_BWD_VEC_COPY_FIRST != 0;
+// Arrivals per phase of a Q / dO ring stage's empty barrier, per consumer warpgroup.
+constexpr uint32_t kBwdReleasesPerWarpgroup = kBwdReleaseEveryThread ? 128 : 1;
+
 }  // namespace fa4::hopper

@@ -69,8 +69,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     tma_prefetch_map(&tm_v);
     tma_prefetch_map(&tm_do);
     mbarrier_init(kv_full, 1);
-    StagedPipeline<Cfg::q_stages(), 1>::init(q_bars, Cfg::consumer_warpgroups());
-    StagedPipeline<Cfg::q_stages(), 1>::init(do_bars, Cfg::consumer_warpgroups());
+    StagedPipeline<Cfg::q_stages(), 1>::init(q_bars, Cfg::consumer_warpgroups() * kBwdReleasesPerWarpgroup);
+    StagedPipeline<Cfg::q_stages(), 1>::init(do_bars, Cfg::consumer_warpgroups() * kBwdReleasesPerWarpgroup);
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -149,8 +149,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     mbarrier_init(&tile_full[1], 1);
     mbarrier_init(&tile_empty[0], Sched::kReaders);
     mbarrier_init(&tile_empty[1], Sched::kReaders);
-    StagedPipeline<Cfg::q_stages(), 1>::init(q_bars, Cfg::consumer_warpgroups());
-    StagedPipeline<Cfg::q_stages(), 1>::init(do_bars, Cfg::consumer_warpgroups());
+    StagedPipeline<Cfg::q_stages(), 1>::init(q_bars, Cfg::consumer_warpgroups() * kBwdReleasesPerWarpgroup);
+    StagedPipeline<Cfg::q_stages(), 1>::init(do_bars, Cfg::consumer_warpgroups() * kBwdReleasesPerWarpgroup);
     fence_mbarrier_init();
   }
   __syncthreads();

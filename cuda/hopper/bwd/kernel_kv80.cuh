@@ -366,12 +366,14 @@ __device__ __forceinline__ void kv80_consumer(int c, uint8_t* smem, uint64_t* kv
       wgmma_wait<1>();
       fence_regs(dv[0]);
       fence_regs(dv[1]);
-      dO.release(elected);  // dO(t + 1) loads while the rest of the step runs
+      // The lse / delta values of these stages were consumed (P^T, dS^T stored) before the P / dS
+      // named barrier above, which the elected thread passed before either release.
+      dO.release(kBwdReleaseEveryThread || elected);  // dO(t + 1) loads while the rest of the step runs
       wgmma_wait<0>();
       fence_regs(dk[0]);
       fence_regs(dk[1]);
       fence_regs(dq);
-      q.release(elected);
+      q.release(kBwdReleaseEveryThread || elected);
       q.advance();
       dO.advance();
 
@@ -432,8 +434,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     tma_prefetch_map(&tm_v);
     tma_prefetch_map(&tm_do);
     mbarrier_init(kv_full, 1);
-    StagedPipeline<Cfg::q_stages(), 1>::init(q_bars, Cfg::consumer_warpgroups());
-    StagedPipeline<Cfg::do_stages(), 1>::init(do_bars, Cfg::consumer_warpgroups());
+    StagedPipeline<Cfg::q_stages(), 1>::init(q_bars, Cfg::consumer_warpgroups() * kBwdReleasesPerWarpgroup);
+    StagedPipeline<Cfg::do_stages(), 1>::init(do_bars, Cfg::consumer_warpgroups() * kBwdReleasesPerWarpgroup);
     fence_mbarrier_init();
   }
   __syncthreads();

@@ -428,8 +428,11 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     fence_regs(dq);
 
     // Q(t), dO(t) and their vectors: every wgmma reading them (S^T, dP^T, A, B) has retired.
-    q.release(elected);
-    dO.release(elected);
+    // Every consumer thread's lse / delta reads of this stage fed its P / dS, which it stored
+    // before the P / dS named barrier of scores_to_ds(t): the elected thread arrives after that
+    // barrier, with every read's value already consumed (no load in flight).
+    q.release(kBwdReleaseEveryThread || elected);
+    dO.release(kBwdReleaseEveryThread || elected);
     q.advance();
     dO.advance();
 

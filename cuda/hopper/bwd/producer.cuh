@@ -22,13 +22,15 @@ __device__ __forceinline__ void load_row_step(Ring& ring, uint8_t* tiles, float*
   // complete, so the first lap passes at once.
   mbarrier_wait(&ring.bars->empty[ring.stage], ring.phase ^ 1);
   uint64_t* full = &ring.bars->full[ring.stage][0];
-  mbarrier_arrive_expect_tx(full, Cfg::q_tile_bytes() + Cfg::vec_bytes());
+  // (kBwdVecCopyFirst, a racecheck diagnostic (args.cuh): the arrival after the copies.)
+  if constexpr (!kBwdVecCopyFirst) mbarrier_arrive_expect_tx(full, Cfg::q_tile_bytes() + Cfg::vec_bytes());
   uint8_t* tile = tiles + ring.stage * Cfg::q_tile_bytes();
 #pragma unroll
   for (int c = 0; c < Cfg::chunks(); ++c) {
     tma_load_4d(tile + c * Cfg::chunk_bytes_q(), map, full, c * 64, row0, head, batch);
   }
   bulk_load_1d(vecs + ring.stage * Cfg::block_m(), vec_src, Cfg::vec_bytes(), full);
+  if constexpr (kBwdVecCopyFirst) mbarrier_arrive_expect_tx(full, Cfg::q_tile_bytes() + Cfg::vec_bytes());
   ring.advance();
 }
 
