@@ -31,10 +31,12 @@ def _load(name: str) -> ModuleType:
     return module
 
 
+@pytest.mark.slow
 def test_forward_protocol_model_plain_kernel() -> None:
     _load("fwd_protocol_model").main()
 
 
+@pytest.mark.slow
 def test_forward_protocol_model_persistent_kernel() -> None:
     _load("fwd_protocol_model").main_persistent()
 
@@ -70,6 +72,7 @@ def test_forward_persistent_model_catches_an_unwaited_release() -> None:
     _assert_persistent_mutant_fails(good, bad, n_blocks=4, seed=3, skip=True, causal=True)
 
 
+@pytest.mark.slow
 def test_backward_protocol_model() -> None:
     """The backward kernels' protocol (hd64/hd128 with the dQ writer warp, deterministic mode,
     the hd128 persistent tile hand-out, the hd256 64 x 80 kernel) under random interleavings."""
@@ -82,6 +85,7 @@ def test_backward_protocol_model_catches_its_mutations() -> None:
     assert _load("bwd_protocol_model").mutation_check(random.Random(1))
 
 
+@pytest.mark.slow
 def test_backward_layout_check() -> None:
     """The backward's shared-memory layouts, wgmma operands, dq_accum fragment order, tiling and
     deterministic dQ order for BwdHd64, BwdHd128 and BwdHd256 (numpy, a few seconds)."""
