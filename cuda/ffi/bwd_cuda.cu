@@ -46,13 +46,9 @@ ffi::Error BwdCudaImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, 
       err.failure())
     return err;
   if (auto err = jax_fa4::ffi_args::check_cuda_support(pass, d); err.failure()) return err;
-  jax_fa4::ffi_args::VariantOperands ops;
-  ops.q_lengths = &q_lengths;
-  ops.kv_lengths = &kv_lengths;
-  ops.q_segment_ids = &q_segment_ids;
-  ops.kv_segment_ids = &kv_segment_ids;
-  ops.q_segment_ranges = &q_segment_ranges;
-  ops.kv_segment_ranges = &kv_segment_ranges;
+  // No sinks: the forward's only (the lse already holds them).
+  const jax_fa4::ffi_args::VariantOperands ops{&q_lengths,     &kv_lengths, &q_segment_ids,    &kv_segment_ids,
+                                               nullptr,        &q_segment_ranges, &kv_segment_ranges};
   fa4::hopper::AttentionVariant variant;
   if (auto err = jax_fa4::ffi_args::decode_variant(pass, d, ops, window_left, window_right, softcap, &variant);
       err.failure())

@@ -45,12 +45,7 @@ ffi::Error Fa4FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, f
   ffi_args::Dims d{};
   if (auto err = ffi_args::check_fwd(q, k, v, *o, *lse, softmax_scale, &d); err.failure()) return err;
   if (auto err = ffi_args::check_cpu_support(pass, d); err.failure()) return err;
-  ffi_args::VariantOperands ops;
-  ops.q_lengths = &q_lengths;
-  ops.kv_lengths = &kv_lengths;
-  ops.q_segment_ids = &q_segment_ids;
-  ops.kv_segment_ids = &kv_segment_ids;
-  ops.sinks = &sinks;
+  const ffi_args::VariantOperands ops{&q_lengths, &kv_lengths, &q_segment_ids, &kv_segment_ids, &sinks};
   fa4::hopper::AttentionVariant variant;
   if (auto err = ffi_args::decode_variant(pass, d, ops, window_left, window_right, softcap, &variant);
       err.failure())
