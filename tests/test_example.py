@@ -108,6 +108,7 @@ def test_pack_rows_several_documents_per_row():
             assert len(set(tokens[sel].tolist())) == 1  # one file (each file is one byte value)
 
 
+@pytest.mark.slow
 def test_loss_skips_predictions_across_documents():
     """A one-byte document between two others is invisible to them and its byte is a label only
     across document boundaries: changing it changes no loss (jax_fa4's segment ids at work)."""
