@@ -12,7 +12,8 @@ value and (threads / 128 - 1) consumer warpgroups at the TRY_ALLOC value must fi
 threads / 128 x REG. The backward main kernels run 384 threads (3 warpgroups, config.cuh).
 
 Run: python3 tests/gpu/cuda/bwd_setmaxnreg_check.py hd64.o hd128.o hd256.o  (exit 0 = all fit)
-Build the objects with the compile line of docs/hopper-kernels.md (nvcc ... -c cuda/hopper/bwd/hd128.cu).
+Build the objects with the compile line of docs/hopper-kernels.md
+(nvcc ... -c cuda/hopper/bwd/hd128.cu).
 """
 
 import re
@@ -24,7 +25,9 @@ WARPGROUPS = 3  # the backward main kernels: one producer and two consumer warpg
 
 def functions_of(path):
     """{mangled name: (REG, [DEALLOC values], [TRY_ALLOC values])}."""
-    res = subprocess.run(["cuobjdump", "-res-usage", path], capture_output=True, text=True, check=True).stdout
+    res = subprocess.run(
+        ["cuobjdump", "-res-usage", path], capture_output=True, text=True, check=True
+    ).stdout
     regs = {}
     name = None
     for line in res.splitlines():
@@ -36,7 +39,9 @@ def functions_of(path):
         if m and name:
             regs[name] = int(m.group(1))
             name = None
-    sass = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True, check=True).stdout
+    sass = subprocess.run(
+        ["cuobjdump", "-sass", path], capture_output=True, text=True, check=True
+    ).stdout
     out = {}
     name = None
     for line in sass.splitlines():
@@ -64,8 +69,10 @@ def main(paths):
             ok = need <= pool and reg > 0
             bad += not ok
             if not ok or "-v" in sys.argv:
-                print(f"{'ok  ' if ok else 'FAIL'} {name}: entry {reg} x {WARPGROUPS} = {pool}, "
-                      f"setmaxnreg dec {dec} inc {inc} -> {need}")
+                print(
+                    f"{'ok  ' if ok else 'FAIL'} {name}: entry {reg} x {WARPGROUPS} = {pool}, "
+                    f"setmaxnreg dec {dec} inc {inc} -> {need}"
+                )
     print(f"{n} kernels with setmaxnreg, {bad} over their register pool")
     return 1 if bad or n == 0 else 0
 
