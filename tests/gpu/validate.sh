@@ -10,7 +10,8 @@
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS (only when named in STAGES)
 #   variants  benchmarks/bench_variants.py $VARIANTS_ARGS (only when named in STAGES; the peers
 #             from ../shared/peers when .peers/bin/env.sh is there, tokamax from .whl)
-# STAGES (default "install harness tests sanitize"), BUDGET (default 570), OUT (default
+# TESTS_CAP (default 420 s) bounds the pytest stage. STAGES (default "install harness tests
+# sanitize"), BUDGET (default 570), OUT (default
 # /tmp/validate). $OUT/summary.txt has the timeline and verdicts; the logs go beside it.
 set -o pipefail
 OUT=${OUT:-/tmp/validate}
@@ -89,7 +90,7 @@ if has tests; then
   stamp "pytest tests/gpu"
   # No autotuning while testing (the tests compile hundreds of small programs).
   XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotune_level=0" FA4_WORST_RATIO_FILE=/tmp/worst_ratio.txt \
-    timeout "$(cap 300 60)" pytest -q -n ${PYTEST_WORKERS:-8} -p no:cacheprovider --tb=short -W ignore tests/gpu \
+    timeout "$(cap ${TESTS_CAP:-420} 60)" pytest -q -n ${PYTEST_WORKERS:-8} -p no:cacheprovider --tb=short -W ignore tests/gpu \
     > "$OUT/pytest.txt" 2>&1
   stamp "pytest rc=$?"
   grep -E "passed|failed|error" "$OUT/pytest.txt" | tail -2 | tee -a "$S"
