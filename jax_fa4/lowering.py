@@ -28,7 +28,6 @@ lowering time, never inside a partitioning callback, where an exception can abor
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 
 import jax
@@ -185,40 +184,6 @@ def _full_operands(
     return values, avals
 
 
-# The Hopper backward of the attention variants (windows, lengths, segment ids, soft cap) is built
-# but has not yet passed the GPU validation (tests/gpu/validate.sh): until it has, a variant
-# gradient on the GPU is an error unless this variable is "1" (what the validation sets).
-GPU_VARIANT_BACKWARD_ENV = "JAX_FA4_GPU_VARIANT_BACKWARD"
-
-
-def _check_gpu_variant_backward(
-    window_left: int | None,
-    window_right: int | None,
-    softcap: float | None,
-    extras: tuple[str, ...],
-) -> None:
-    """Raises NotImplementedError for a variant backward on the GPU (see GPU_VARIANT_BACKWARD_ENV);
-    sinks alone are not a variant of the backward kernel (its lse already includes them)."""
-    used = [
-        name
-        for name, on in (
-            ("local_window_size", window_left is not None or window_right is not None),
-            ("logits_soft_cap", softcap is not None),
-            ("query_seq_lengths", "q_lengths" in extras),
-            ("key_value_seq_lengths", "kv_lengths" in extras),
-            ("segment_ids", "q_segment_ids" in extras),
-        )
-        if on
-    ]
-    if used and os.environ.get(GPU_VARIANT_BACKWARD_ENV) != "1":
-        raise NotImplementedError(
-            f"jax_fa4's Hopper backward for {', '.join(used)} has not passed its GPU validation "
-            f"yet, so the gradient of this call is not available on the GPU (the forward is, and "
-            f"the CPU backward is). {GPU_VARIANT_BACKWARD_ENV}=1 enables the unvalidated kernel "
-            f"(for the validation itself)"
-        )
-
-
 def _lower(kind: str, platform: str) -> LoweringRule:
     """The lowering rule of fa4_{kind}_p (kind "fwd" or "bwd") on `platform` ("cpu", "cuda")."""
     target = (_ffi.FWD_TARGET if kind == "fwd" else _ffi.BWD_TARGET).format(platform=platform)
@@ -240,8 +205,6 @@ def _lower(kind: str, platform: str) -> LoweringRule:
             _check_sm90()
             q_aval, _, v_aval = ctx.avals_in[:3]
             check_cuda_support(q_aval.dtype, q_aval.shape[3], v_aval.shape[3])
-            if kind == "bwd":
-                _check_gpu_variant_backward(window_left, window_right, softcap, extras)
         params: dict[str, object] = dict(
             softmax_scale=float(softmax_scale),
             causal=bool(causal),

@@ -6,7 +6,6 @@ the window / soft cap attributes, the segment ranges)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -342,7 +341,6 @@ def test_cuda_custom_calls_take_the_segment_ranges():
         capture_output=True,
         text=True,
         timeout=300,
-        env=dict(os.environ, JAX_FA4_GPU_VARIANT_BACKWARD="1"),
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout + proc.stderr
@@ -351,14 +349,3 @@ def test_cuda_custom_calls_take_the_segment_ranges():
     assert out["fwd"][3:] == ["0xi32", "0xi32", "2x200xi32", "2x130xi32", "2x4xf32", *ranges]
     assert out["bwd"][7:] == ["0xi32", "0xi32", "2x200xi32", "2x130xi32", *ranges]
 
-
-def test_cuda_variant_backward_is_refused_until_validated():
-    """Without JAX_FA4_GPU_VARIANT_BACKWARD=1 the CUDA lowering of a variant backward is an
-    error naming the variant (the forward still lowers)."""
-    env = {k: v for k, v in os.environ.items() if k != "JAX_FA4_GPU_VARIANT_BACKWARD"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _CUDA_EXPORT], capture_output=True, text=True, timeout=300, env=env
-    )
-    assert proc.returncode != 0
-    assert "NotImplementedError" in proc.stderr, proc.stderr
-    assert "backward for local_window_size, segment_ids has not passed its GPU" in proc.stderr

@@ -28,8 +28,10 @@ two rows per head) its max error can be far below it by chance (found on the CPU
 
 The work is bounded: batch and heads are redrawn until batch * heads_q * seq_q * seq_k <= 2e8
 (the float64 oracle's score matrix: 1.6 GB) and batch * heads_q * max(seq_q, seq_k) * head_dim
-<= 2e7 (the tensors), so that the file runs in a few minutes with `pytest -n 8`
-(XLA_PYTHON_CLIENT_PREALLOCATE=false, as tests/gpu/validate.sh sets it).
+<= 2e7 (the tensors), so that the file runs in a few minutes with `pytest -n 12`
+(XLA_PYTHON_CLIENT_PREALLOCATE=false, as tests/gpu/validate.sh sets it). The largest cases' oracle
+(float64 scores and their gradients) takes about 7 GB of GPU memory for a moment: with 16 workers
+two such cases ran out of the H200's memory together (each passes alone), with 8 none did.
 
 A case's id holds its index and every drawn parameter (case0017-b2_sq129_..._d128-bf16-causal-
 ...); its lengths, segment ids, sinks and tensors come from the same seed. To rerun one case:
