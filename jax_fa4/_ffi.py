@@ -65,3 +65,16 @@ def cuda_bwd_workspace_bytes(batch: int, seq_q: int, heads_q: int, head_dim: int
     if not built_with_cuda():
         raise NotImplementedError("jax_fa4 was built without its CUDA kernels")
     return int(_jax_fa4_ext.cuda_bwd_workspace_bytes(batch, seq_q, heads_q, head_dim))
+
+
+def cuda_fwd_workspace_bytes(
+    batch: int, seq_q: int, seq_k: int, heads_q: int, heads_kv: int, head_dim: int
+) -> int:
+    """Bytes of the uint8 workspace result of ``jax_fa4_fwd_cuda`` (the split-KV decode path's
+    partial outputs; 0 for most shapes), from the C++ plan (cuda/hopper/decode/plan.h) that the
+    handler checks against."""
+    if not built_with_cuda():
+        raise NotImplementedError("jax_fa4 was built without its CUDA kernels")
+    return int(
+        _jax_fa4_ext.cuda_fwd_workspace_bytes(batch, seq_q, seq_k, heads_q, heads_kv, head_dim)
+    )

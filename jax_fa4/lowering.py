@@ -3,8 +3,9 @@
 Registered when this module is imported (jax_fa4's ``__init__`` does):
 
 * ``cpu``  -> custom calls ``jax_fa4_fwd_cpu`` / ``jax_fa4_bwd_cpu``;
-* ``cuda`` -> ``jax_fa4_fwd_cuda`` / ``jax_fa4_bwd_cuda`` (Hopper, sm_90a; the backward's custom
-  call has a fourth result, its uint8 device workspace, which the rule drops);
+* ``cuda`` -> ``jax_fa4_fwd_cuda`` / ``jax_fa4_bwd_cuda`` (Hopper, sm_90a; each custom call has
+  one more result than the primitive, its uint8 device workspace (the forward's third, empty but
+  for split-KV decode shapes; the backward's fourth), which the rule drops);
 * ``rocm`` and any other platform -> a NotImplementedError.
 
 The custom calls have a fixed arity. The forward takes q [b, sq, hq, d], k [b, sk, hkv, d],
@@ -82,10 +83,28 @@ def _cuda_bwd_workspace(ctx: mlir.LoweringRuleContext) -> list[jax.core.ShapedAr
     return [jax.core.ShapedArray((nbytes,), jnp.uint8)]
 
 
+def _cuda_fwd_workspace(ctx: mlir.LoweringRuleContext) -> list[jax.core.ShapedArray]:
+    """The Hopper forward's split-KV decode scratch (float32 partial outputs and LSEs), as one
+    uint8 result ``[nbytes]`` of its custom call (``[0]`` for shapes the decode path does not
+    split); its size comes from the extension (cuda/hopper/decode/plan.h), from q's and k's
+    static shapes [b, sq, hq, d] and [b, sk, hkv, d]."""
+    q_shape, k_shape = ctx.avals_in[0].shape, ctx.avals_in[1].shape
+    if not all(isinstance(x, int) for x in (*q_shape, *k_shape)):
+        raise NotImplementedError(
+            f"jax_fa4's CUDA forward needs static shapes (its workspace size depends on them); "
+            f"got q of shape {q_shape} and k of shape {k_shape}"
+        )
+    b, sq, hq, d = q_shape
+    _, sk, hkv, _ = k_shape
+    nbytes = _ffi.cuda_fwd_workspace_bytes(b, sq, sk, hq, hkv, d)
+    return [jax.core.ShapedArray((nbytes,), jnp.uint8)]
+
+
 # Results a target writes besides the primitive's outputs (device workspace): the custom call
 # gets them after the outputs, and the lowering drops them. XLA allocates them like any output.
 _EXTRA_RESULTS: dict[str, Callable[[mlir.LoweringRuleContext], list[jax.core.ShapedArray]]] = {
-    "jax_fa4_bwd_cuda": _cuda_bwd_workspace
+    "jax_fa4_fwd_cuda": _cuda_fwd_workspace,
+    "jax_fa4_bwd_cuda": _cuda_bwd_workspace,
 }
 
 

@@ -307,6 +307,8 @@ from jax_fa4 import _ffi, lowering
 lowering._check_target = lambda *a: None
 if not _ffi.built_with_cuda():
     _ffi.cuda_bwd_workspace_bytes = lambda b, sq, hq, d: 4096
+    # The plan gives this prefill shape (GQA group 2 x 200 rows) no split-KV workspace.
+    _ffi.cuda_fwd_workspace_bytes = lambda b, sq, sk, hq, hkv, d: 0
 q = jax.ShapeDtypeStruct((2, 200, 4, 64), jnp.bfloat16)
 k = jax.ShapeDtypeStruct((2, 130, 2, 64), jnp.bfloat16)
 qi = jax.ShapeDtypeStruct((2, 200), jnp.int32)
@@ -329,13 +331,17 @@ for line in text.splitlines():
         sig = line.rsplit(" : (", 1)[1]
         ins, outs = sig.split(") -> ")
         out[m.group(2)] = re.findall(r"tensor<([^>]*)>", ins)
+        out[m.group(2) + "_results"] = re.findall(r"tensor<([^>]*)>", outs)
 print("RESULT " + json.dumps(out))
 """
 
 
 def test_cuda_custom_calls_take_the_segment_ranges():
     """Lowered for CUDA (no GPU needed): the forward has 10 operands and the backward 13, the
-    last two the int32 [b, ceil(s / 64), 2] segment ranges (placeholders for absent extras)."""
+    last two the int32 [b, ceil(s / 64), 2] segment ranges (placeholders for absent extras).
+    Each call has one uint8 workspace result after the primitive's: empty for the forward of
+    this prefill shape (no split-KV decode), 4096 bytes (the stub's) or the extension's size
+    for the backward."""
     proc = subprocess.run(
         [sys.executable, "-c", _CUDA_EXPORT],
         capture_output=True,
@@ -348,4 +354,6 @@ def test_cuda_custom_calls_take_the_segment_ranges():
     ranges = ["2x4x2xi32", "2x3x2xi32"]  # ceil(200 / 64) = 4, ceil(130 / 64) = 3 chunks
     assert out["fwd"][3:] == ["0xi32", "0xi32", "2x200xi32", "2x130xi32", "2x4xf32", *ranges]
     assert out["bwd"][7:] == ["0xi32", "0xi32", "2x200xi32", "2x130xi32", *ranges]
-
+    assert out["fwd_results"] == ["2x200x4x64xbf16", "2x4x200xf32", "0xui8"]
+    assert out["bwd_results"][:3] == ["2x200x4x64xbf16", "2x130x2x64xbf16", "2x130x2x64xbf16"]
+    assert len(out["bwd_results"]) == 4 and out["bwd_results"][3].endswith("xui8")

@@ -7,6 +7,7 @@
 #include "ffi/handlers.h"
 #ifdef JAX_FA4_WITH_CUDA
 #include "hopper/bwd/workspace.h"
+#include "hopper/decode/plan.h"
 #include "hopper/fwd/schedule_model.h"
 #endif
 
@@ -27,9 +28,10 @@ nb::dict Registrations() {
   cpu["jax_fa4_bwd_cpu"] = EncapsulateFfiHandler(Fa4BwdCpu);
   nb::dict cuda;
 #ifdef JAX_FA4_WITH_CUDA
+  // The forward's split-KV decode scratch (a 3rd result) and the backward's float32 workspace (a
+  // 4th) are uint8 results of the custom calls, not XLA's FFI ScratchAllocator: that allocator
+  // refused even 34 KB on the H200.
   cuda["jax_fa4_fwd_cuda"] = EncapsulateFfiHandler(Fa4FwdCuda);
-  // The backward's float32 workspace is a 4th (uint8) result of the custom call, not XLA's FFI
-  // ScratchAllocator: that allocator refused even 34 KB on the H200.
   cuda["jax_fa4_bwd_cuda"] = EncapsulateFfiHandler(Fa4BwdCuda);
 #endif
   nb::dict out;
@@ -55,6 +57,18 @@ NB_MODULE(_jax_fa4_ext, m) {
       },
       nb::arg("batch"), nb::arg("seq_q"), nb::arg("heads_q"), nb::arg("head_dim"),
       "Bytes of the uint8 workspace result of jax_fa4_bwd_cuda (cuda/hopper/bwd/workspace.h)");
+  m.def(
+      "cuda_fwd_workspace_bytes",
+      [](int64_t batch, int64_t seq_q, int64_t seq_k, int64_t heads_q, int64_t heads_kv,
+         int64_t head_dim) -> int64_t {
+        if (batch < 0 || seq_q < 0 || seq_k < 0 || heads_q < 0 || heads_kv < 0 || head_dim < 0)
+          throw nb::value_error("cuda_fwd_workspace_bytes: dimensions must be non-negative");
+        return static_cast<int64_t>(
+            fa4::hopper::fwd_workspace_bytes(batch, seq_q, seq_k, heads_q, heads_kv, head_dim));
+      },
+      nb::arg("batch"), nb::arg("seq_q"), nb::arg("seq_k"), nb::arg("heads_q"), nb::arg("heads_kv"),
+      nb::arg("head_dim"),
+      "Bytes of the uint8 workspace result of jax_fa4_fwd_cuda (cuda/hopper/decode/plan.h; 0 for most shapes)");
   m.def(
       "cuda_fwd_persistent_section",
       [](int64_t seq_q, int64_t seq_k, int64_t pairs, int64_t kv_bytes_per_pair, int block_m, int block_n,

@@ -226,19 +226,23 @@ def test_hlo_holds_the_cuda_custom_call():
     assert "jax_fa4_fwd_cuda" in text
 
 
-def _raw_fwd(q, k, v, *, softmax_scale=0.125, causal=False):
-    """Calls the FFI target directly, skipping every Python-side check."""
+def _raw_fwd(q, k, v, *, softmax_scale=0.125, causal=False, ws_extra=0):
+    """Calls the FFI target directly, skipping every Python-side check; returns (o, lse).
+    The 3rd result is the uint8 workspace, ws_extra bytes more than the extension asks for."""
     b, sq, hq, d = q.shape
+    _, sk, hkv, _ = k.shape
+    ws_bytes = _ffi.cuda_fwd_workspace_bytes(b, sq, sk, hq, hkv, d) + ws_extra
     call = jax.ffi.ffi_call(
         "jax_fa4_fwd_cuda",
         (
             jax.ShapeDtypeStruct((b, sq, hq, d), q.dtype),
             jax.ShapeDtypeStruct((b, hq, sq), jnp.float32),
+            jax.ShapeDtypeStruct((ws_bytes,), jnp.uint8),
         ),
     )
     i32, f32 = jnp.zeros((0,), jnp.int32), jnp.zeros((0,), jnp.float32)
     # q/kv lengths, q/kv segment ids, sinks, q/kv segment ranges: absent ([0] placeholders).
-    return call(
+    out = call(
         q,
         k,
         v,
@@ -255,6 +259,7 @@ def _raw_fwd(q, k, v, *, softmax_scale=0.125, causal=False):
         window_right=np.int64(1 << 30),
         softcap=np.float64(0.0),
     )
+    return tuple(out[:2])
 
 
 @pytest.mark.parametrize(
@@ -281,6 +286,22 @@ def test_handler_rejects_bad_gqa_and_scale():
     # The process is still healthy after the errors: a good call works.
     o, lse = _raw_fwd(q, k, v)
     assert np.isfinite(np.asarray(o, np.float32)).all()
+
+
+def test_handler_checks_the_workspace_size():
+    # One token, 8 query heads per kv head, 4096 keys: the split-KV decode plan needs scratch.
+    q, k, v = random_qkv(jax.random.key(18), 1, 1, 4096, 8, 1, 128, 128, jnp.bfloat16)
+    assert _ffi.cuda_fwd_workspace_bytes(1, 1, 4096, 8, 1, 128) > 0
+    with pytest.raises(Exception, match=r"workspace \(3rd result\) has .* bytes; .* needs"):
+        jax.block_until_ready(_raw_fwd(q, k, v, ws_extra=-1))
+    # A prefill shape needs none; a larger workspace than needed is fine and changes nothing.
+    q, k, v = random_qkv(jax.random.key(19), 2, 130, 40, 4, 2, 64, 64, jnp.bfloat16)
+    assert _ffi.cuda_fwd_workspace_bytes(2, 130, 40, 4, 2, 64) == 0
+    exact = [np.asarray(x) for x in _raw_fwd(q, k, v)]
+    larger = [np.asarray(x) for x in _raw_fwd(q, k, v, ws_extra=4096 + 48)]
+    for name, a, b in zip(("o", "lse"), exact, larger, strict=True):
+        assert np.isfinite(np.asarray(a, np.float32)).all(), name
+        np.testing.assert_array_equal(a, b, err_msg=name)
 
 
 def test_python_layer_rejects_float32_and_odd_head_dims_at_trace_time():
