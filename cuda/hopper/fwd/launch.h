@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <string>
 
 #include "hopper/common/problem.h"
@@ -16,6 +17,10 @@ struct FwdProblem : ProblemShape {
   const void* v;
   void* o;
   float* lse;
+  // Device scratch of at least fwd_workspace_bytes(...) bytes (decode/plan.h: the split-KV decode
+  // path's partial outputs), any alignment; null / 0 when that is 0.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
 // The scheduler's parameters. Zero means the library's choice: one CTA per SM for a persistent
