@@ -38,7 +38,7 @@ fi
 # The harness build runs beside the pip build.
 H=/tmp/harness
 NVCC_FLAGS="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo -Icuda -Xcompiler -fopenmp"
-FWD_SRCS="cuda/hopper/fwd/hd64.cu cuda/hopper/fwd/hd128.cu cuda/hopper/fwd/hd256.cu cuda/hopper/fwd/launch.cu
+FWD_SRCS="cuda/hopper/fwd/hd64.cu cuda/hopper/fwd/hd128.cu cuda/hopper/fwd/hd256.cu cuda/hopper/fwd/launch.cu cuda/hopper/decode/split_kv.cu
           tests/gpu/cuda/fwd_kernel_check.cu"
 BWD_SRCS="cuda/hopper/bwd/hd64.cu cuda/hopper/bwd/hd128.cu cuda/hopper/bwd/hd256.cu cuda/hopper/bwd/launch.cu
           tests/gpu/cuda/bwd_kernel_check.cu"

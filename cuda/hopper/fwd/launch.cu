@@ -1,6 +1,7 @@
 // The forward's validation and head-dim dispatch to the library's configurations.
 #include <cstdint>
 
+#include "hopper/decode/launch.h"
 #include "hopper/fwd/launch.h"
 
 namespace fa4::hopper {
@@ -25,6 +26,8 @@ std::string check_fwd_problem(const FwdProblem& p, bool* nothing_to_do) {
 std::string launch_fwd(const FwdProblem& p, cudaStream_t stream) {
   bool nothing_to_do = false;
   if (std::string err = check_fwd_problem(p, &nothing_to_do); !err.empty() || nothing_to_do) return err;
+  // A few query rows per kv head against the cache: the split-KV decode path (decode/plan.h).
+  if (const DecodePlan plan = decode_plan(p); plan.use) return launch_decode(p, plan, stream);
   switch (p.head_dim) {
     case 64: return launch_fwd_hd64(p, stream);
     case 128: return launch_fwd_hd128(p, stream);

@@ -12,6 +12,9 @@
 //   --bench-shapes    only the benchmark's variant cells: bf16, batch 1, 16 heads, hd128, seq 16384,
 //                     causal with windows (4096, 0) and (1024, 0), soft cap 30, sinks, and 8
 //                     documents of 2048 (sorted segment ids); rows checked at a stride of 61
+//   --no-decode       skip the decode cases   --decode-only   run only those (the library's split-KV
+//                     path: few query rows per kv head, cache lengths, NaN past them in K and V)
+//   --decode-bench    kernel-only bandwidth of decode shapes, the library beside the hd128 kernel
 //   --timeout-s N     a launch still running after N seconds (default 120) prints HANG with the
 //                     case and exits with code 4 (stdout is line-buffered, so the last line names it)
 // The variant cases (window bands, negative bands, query / key lengths, segment ids sorted and
@@ -34,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "hopper/decode/plan.h"
 #include "hopper/fwd/config.cuh"
 #include "hopper/fwd/launch.h"
 #include "hopper/fwd/tile_order.h"
@@ -117,6 +121,9 @@ struct Case {
   float growth = 0.f;
   Variant var = {};
   int row_stride = 0;  // checked rows: every row_stride-th and the last 130 (0: by size)
+  // NaN in V past the cache length too: the decode path zeroes the V rows no row of its tile sees
+  // (the one-tile kernels multiply them by P = 0, so they cannot take this).
+  bool nan_v_padding = false;
 };
 
 static std::string describe(const Case& c) {
@@ -176,6 +183,7 @@ static VariantData make_variant(const Case& c, std::mt19937_64& rng) {
       const int pick = b % 4;
       auto len = [&](int seq) {
         if (pick == 0) return std::max(1, seq / 3 + 1);
+        if (pick == 1 && b >= 4) return 1;
         if (pick == 1) return seq + 7;
         if (pick == 2) return b == 2 ? 0 : -5;
         return int(rng() % uint64_t(seq + 1));
@@ -251,7 +259,10 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
     for (int i = q_len_of(b); i < c.sq; ++i)
       for (int t = 0; t < c.hq * c.d; ++t) hq[(size_t(b) * c.sq + i) * c.hq * c.d + t] = nan_bits;
     for (int j = kv_len_of(b); j < c.sk; ++j)
-      for (int t = 0; t < c.hkv * c.d; ++t) hk[(size_t(b) * c.sk + j) * c.hkv * c.d + t] = nan_bits;
+      for (int t = 0; t < c.hkv * c.d; ++t) {
+        hk[(size_t(b) * c.sk + j) * c.hkv * c.d + t] = nan_bits;
+        if (c.nan_v_padding) hv[(size_t(b) * c.sk + j) * c.hkv * c.d + t] = nan_bits;
+      }
   }
   const size_t nlse = size_t(c.b) * c.hq * c.sq;
   const float scale = 1.f / std::sqrt(float(c.d));
@@ -347,6 +358,15 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   p.v = dv;
   p.o = dout;
   p.lse = dlse;
+  // The forward's workspace (the decode path's partials), poisoned like the outputs.
+  const size_t ws_bytes = fa4::hopper::fwd_workspace_bytes(c.b, c.sq, c.sk, c.hq, c.hkv, c.d);
+  void* dws = nullptr;
+  if (ws_bytes > 0) {
+    CHECK_CUDA(cudaMalloc(&dws, ws_bytes));
+    device_arrays.push_back(dws);
+  }
+  p.workspace = dws;
+  p.workspace_bytes = ws_bytes;
   // The soft cap's tanh.approx has a relative error of about 2^-11: up to softcap * 2^-11 on a
   // score, which the LSE takes over and O feels relative to its size.
   const double cap_err = var.softcap > 0.f ? var.softcap * std::ldexp(1.0, -10) : 0.0;
@@ -363,6 +383,7 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
     for (int rep = 0; rep < 2 && launch_ok; ++rep) {
       CHECK_CUDA(cudaMemset(dout, 0xFF, std::max<size_t>(nq, 1) * 2));
       CHECK_CUDA(cudaMemset(dlse, 0xFF, std::max<size_t>(nlse, 1) * 4));
+      if (dws) CHECK_CUDA(cudaMemset(dws, 0xFF, ws_bytes));
       std::string err = runner->launch(p, 0, g_params);
       if (!err.empty()) {
         std::printf("FAIL [%s] %s: launch error: %s\n", runner->name.c_str(), describe(c).c_str(), err.c_str());
@@ -503,6 +524,90 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Runner*>
   }
 }
 
+// Kernel-only bandwidth of decode shapes (bf16, head dim 128, causal, key_value_seq_lengths =
+// seq_k as the public decode call passes them): bytes of q, k, v and o moved once / time, the
+// library's path (the decode kernel where its plan says so) beside the one-tile hd128 kernel.
+static void decode_bench() {
+  struct Cell { int b, sq, sk, hq, hkv; };
+  const Cell cells[] = {{16, 1, 8192, 32, 8}, {64, 1, 4096, 32, 8}, {1, 1, 131072, 32, 8}, {8, 1, 32768, 16, 16},
+                        {16, 4, 8192, 32, 8}, {16, 16, 8192, 32, 8}, {16, 1, 1024, 32, 8}};
+  std::printf("\ndecode bandwidth (GB/s, kernel only, chains of 20, median of 3)\n");
+  std::printf("%4s %4s %7s %4s %4s %8s %10s %10s %10s\n", "b", "sq", "sk", "hq", "hkv", "splits", "us", "library",
+              "hd128");
+  for (const Cell& c : cells) {
+    const int d = 128;
+    const size_t nq = size_t(c.b) * c.sq * c.hq * d, nk = size_t(c.b) * c.sk * c.hkv * d;
+    void *q, *k, *v, *o, *ws = nullptr;
+    float* lse;
+    int32_t* lens;
+    CHECK_CUDA(cudaMalloc(&q, nq * 2));
+    CHECK_CUDA(cudaMalloc(&k, nk * 2));
+    CHECK_CUDA(cudaMalloc(&v, nk * 2));
+    CHECK_CUDA(cudaMalloc(&o, nq * 2));
+    CHECK_CUDA(cudaMalloc(&lse, size_t(c.b) * c.hq * c.sq * 4));
+    CHECK_CUDA(cudaMalloc(&lens, c.b * 4));
+    std::vector<int32_t> hl(c.b, c.sk);
+    CHECK_CUDA(cudaMemcpy(lens, hl.data(), c.b * 4, cudaMemcpyHostToDevice));
+    // One random megabyte-sized block, tiled over the tensors (timing only needs finite data).
+    std::vector<uint16_t> host(size_t(1) << 20);
+    std::mt19937_64 rng(7);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (auto& x : host) x = to_bits(nd(rng), true);
+    auto fill = [&](void* dst, size_t n) {
+      for (size_t at = 0; at < n; at += host.size())
+        CHECK_CUDA(cudaMemcpy(static_cast<uint16_t*>(dst) + at, host.data(), std::min(host.size(), n - at) * 2,
+                              cudaMemcpyHostToDevice));
+    };
+    fill(q, nq);
+    fill(k, nk);
+    fill(v, nk);
+    FwdProblem p{};
+    static_cast<fa4::hopper::ProblemShape&>(p) = {c.b, c.sq, c.sk, c.hq, c.hkv, d, Dtype::kBf16,
+                                                  1.f / std::sqrt(float(d)), true};
+    p.variant.kv_lengths = lens;
+    p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
+    p.workspace_bytes = fa4::hopper::fwd_workspace_bytes(c.b, c.sq, c.sk, c.hq, c.hkv, d);
+    if (p.workspace_bytes) CHECK_CUDA(cudaMalloc(&ws, p.workspace_bytes));
+    p.workspace = ws;
+    const auto plan = fa4::hopper::decode_plan(c.b, c.sq, c.sk, c.hq, c.hkv, d);
+    const double bytes = 2.0 * (nq * 2) + 2.0 * (nk * 2);
+    double us[2] = {0, 0};
+    for (int which = 0; which < 2; ++which) {
+      auto launch = [&] {
+        return which == 0 ? fa4::hopper::launch_fwd(p, 0) : fa4::hopper::launch_fwd_config<fa4::hopper::FwdHd128>(p, 0);
+      };
+      std::string err = launch();
+      if (!err.empty()) {
+        std::printf("FAIL decode bench launch: %s\n", err.c_str());
+        continue;
+      }
+      CHECK_CUDA(cudaDeviceSynchronize());
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      std::vector<float> t3;
+      for (int rep = 0; rep < 3; ++rep) {
+        cudaEventRecord(e0);
+        for (int it = 0; it < 20; ++it) launch();
+        cudaEventRecord(e1);
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        float t;
+        cudaEventElapsedTime(&t, e0, e1);
+        t3.push_back(t / 20);
+      }
+      std::sort(t3.begin(), t3.end());
+      us[which] = t3[1] * 1e3;
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+    }
+    std::printf("%4d %4d %7d %4d %4d %8d %10.1f %10.0f %10.0f\n", c.b, c.sq, c.sk, c.hq, c.hkv,
+                plan.use ? plan.splits : 0, us[0], bytes / us[0] / 1e3, bytes / us[1] / 1e3);
+    std::fflush(stdout);
+    cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse); cudaFree(lens);
+    if (ws) cudaFree(ws);
+  }
+}
+
 // The longest-first order (fwd/tile_order.h lpt_tile_coord) must visit every (m block, head, batch) once,
 // and inside a section never a shorter m block before a longer one. Host only; returns failures.
 static int check_lpt_order() {
@@ -555,6 +660,7 @@ int main(int argc, char** argv) {
   // Line-buffered: a hang leaves the case it hit as the last line of the log.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   bool do_bench = false, do_check = true, quick = false, variants = true, dense_cases = true, bench_shapes = false;
+  bool decode = true, decode_only = false, do_decode_bench = false;
   std::vector<int> seqs = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> only_d;
   std::vector<const Runner*> runners;
@@ -566,6 +672,9 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--no-variants")) variants = false;
     if (!std::strcmp(argv[i], "--variants-only")) dense_cases = false;
     if (!std::strcmp(argv[i], "--bench-shapes")) bench_shapes = true;
+    if (!std::strcmp(argv[i], "--no-decode")) decode = false;
+    if (!std::strcmp(argv[i], "--decode-only")) decode_only = true;
+    if (!std::strcmp(argv[i], "--decode-bench")) do_decode_bench = true;
     if (!std::strcmp(argv[i], "--timeout-s") && i + 1 < argc) g_timeout_s = std::atof(argv[++i]);
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = parse_list(argv[++i]);
@@ -617,6 +726,7 @@ int main(int argc, char** argv) {
     for (const Case& c : cells) failures += run_case(c, seed++, &worst, runners, &total);
     std::printf("\n%d/%d benchmark-shape cases passed (case x configuration runs); worst max-error / tolerance = %.3f\n",
                 total - failures, total, worst);
+  } else if (do_check && decode_only) {
   } else if (do_check) {
     // b, sq, sk, hq, hkv. sk = -1: long keys so that the longest-first (head, batch) sections are
     // 3 pairs of the 4 (sections 3, 1: 32 MB / (sk * d * 4 bytes / group) = 3).
@@ -709,6 +819,44 @@ int main(int argc, char** argv) {
     std::printf("\n%d/%d cases passed (case x configuration runs); worst max-error / tolerance = %.3f\n", total - failures,
                 total, worst);
   }
+  if (do_check && !bench_shapes && decode && !quick) {
+    // Decode shapes (decode/plan.h: the split-KV path through the library's entry): few query
+    // rows per kv head against long keys, every GQA ratio we ship, cache lengths short / full /
+    // 0 / random / 1 (batch entries 0-5), NaN in K and V past each cache length; b, sq, sk, hq, hkv.
+    auto var_of = [](int left, int right, int lengths, int segments, float softcap, bool sinks) {
+      Variant v;
+      v.left = left, v.right = right, v.lengths = lengths, v.segments = segments, v.softcap = softcap, v.sinks = sinks;
+      return v;
+    };
+    const Case decode_cases[] = {
+        {6, 1, 2049, 32, 8, 0, true, true, 0.f, var_of(kUnb, kUnb, 2, 0, 0.f, false)},
+        {6, 2, 700, 8, 1, 0, true, true, 0.f, var_of(kUnb, kUnb, 2, 0, 0.f, false)},
+        {6, 16, 1500, 4, 4, 0, true, true, 0.f, var_of(kUnb, kUnb, 2, 0, 0.f, false)},
+        {3, 16, 3000, 8, 2, 0, true, true, 0.f, var_of(kUnb, kUnb, 0, 0, 0.f, false)},
+        {2, 1, 9000, 16, 2, 0, true, false, 0.f, var_of(kUnb, kUnb, 0, 0, 0.f, false)},
+        {1, 1, 70000, 4, 1, 0, true, true, 0.f, var_of(kUnb, kUnb, 0, 0, 0.f, false)},
+        {6, 4, 1000, 6, 3, 0, true, true, 0.f, var_of(64, 0, 1, 0, 20.f, true)},
+        {2, 3, 900, 4, 2, 0, true, false, 0.f, var_of(kUnb, kUnb, 0, 1, 0.f, false)},
+        {6, 1, 5000, 2, 2, 0, true, true, 0.f, var_of(1000, 0, 2, 0, 0.f, true)},
+    };
+    std::vector<const Runner*> library = {&kRunners[0]};
+    uint64_t seed = 5000;
+    int decode_total = 0, decode_fail = 0;
+    double decode_worst = 0;
+    for (int d : dims)
+      for (int bf16 = 1; bf16 >= 0; --bf16)
+        for (Case c : decode_cases) {
+          c.d = d;
+          c.bf16 = bf16;
+          c.nan_v_padding = true;
+          c.row_stride = 1;
+          decode_fail += run_case(c, seed++, &decode_worst, library, &decode_total);
+        }
+    std::printf("\n%d/%d decode cases passed (library); worst max-error / tolerance = %.3f\n",
+                decode_total - decode_fail, decode_total, decode_worst);
+    failures += decode_fail;
+  }
+  if (do_decode_bench) decode_bench();
   if (do_bench) bench(seqs, runners, dims);
   return failures == 0 ? 0 : 1;
 }

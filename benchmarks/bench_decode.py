@@ -1,0 +1,145 @@
+"""Decode on one GPU: a few queries against a long KV cache, jax_fa4 beside the peers.
+
+Cells (bf16, head dim 128, causal with a per-sequence cache length equal to the cache size, as a
+sampling loop calls it): the four of the decode issue, (batch, seq_k, heads q / kv) = (16, 8192,
+32/8), (64, 4096, 32/8), (1, 131072, 32/8), (8, 32768, 16/16) at seq_q 1, and (16, 8192, 32/8)
+at seq_q 4 and 16 (speculative decoding, chunked prefill) and (16, 1024, 32/8). Bandwidth = the
+bytes of q, k, v and o moved once / forward time. Implementations: ``jax_fa4``
+(``key_value_seq_lengths``), ``cudnn`` (``jax.nn.dot_product_attention(...,
+key_value_seq_lengths=..., implementation="cudnn")``), ``fa3`` (the FA3 binding, no lengths: the
+whole cache), ``xla`` (``jax.nn.dot_product_attention(..., implementation="xla")``). Timing as
+bench_attention.py: chains of calls in one jit, the median of repeats.
+
+    python3 benchmarks/bench_decode.py --out results.json [--impls jax_fa4,cudnn]
+
+Writes ``{"date", "environment", "records"}``, each record ``{"impl", "variant": "decode",
+"batch", "seq_q", "seq_k", "heads", "heads_kv", "head_dim", "fwd_us", "fwd_gbps", "note"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from bench_attention import compile_fn, environment, short_reason, time_compiled  # noqa: E402
+
+IMPLS = ("jax_fa4", "cudnn", "fa3", "xla")
+HEAD_DIM = 128
+# (batch, seq_q, seq_k, heads_q, heads_kv)
+CELLS = (
+    (16, 1, 8192, 32, 8),
+    (64, 1, 4096, 32, 8),
+    (1, 1, 131072, 32, 8),
+    (8, 1, 32768, 16, 16),
+    (16, 4, 8192, 32, 8),
+    (16, 16, 8192, 32, 8),
+    (16, 1, 1024, 32, 8),
+)
+CHAIN = 20
+
+
+def make_impl(
+    impl: str, lengths: jax.Array
+) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
+    """attention(q, k_cache, v_cache) of `impl`, causal, the cache length `lengths` [batch]."""
+    if impl == "jax_fa4":
+        import jax_fa4
+
+        return lambda q, k, v: jax_fa4.attention(
+            q, k, v, causal=True, key_value_seq_lengths=lengths
+        )
+    if impl in ("cudnn", "xla"):
+        q_lengths = jnp.full_like(lengths, 0)
+
+        def nn(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+            ql = q_lengths + q.shape[1]
+            return jax.nn.dot_product_attention(
+                q,
+                k,
+                v,
+                is_causal=True,
+                query_seq_lengths=ql,
+                key_value_seq_lengths=lengths,
+                implementation=impl,
+            )
+
+        return nn
+    if impl == "fa3":
+        from flash_attn3_jax import flash_mha
+
+        return lambda q, k, v: flash_mha(q, k, v, is_causal=True)
+    raise ValueError(f"unknown implementation {impl!r}; known: {', '.join(IMPLS)}")
+
+
+def measure(impl: str, cell: tuple[int, ...], repeats: int) -> dict[str, Any]:
+    """One record of `impl` on `cell` (fwd_us / fwd_gbps null where it failed)."""
+    b, sq, sk, hq, hkv = cell
+    rec: dict[str, Any] = {
+        "impl": impl,
+        "variant": "decode",
+        "batch": b,
+        "seq_q": sq,
+        "seq_k": sk,
+        "heads": hq,
+        "heads_kv": hkv,
+        "head_dim": HEAD_DIM,
+        "fwd_us": None,
+        "fwd_gbps": None,
+    }
+    kq, kk, kv = jax.random.split(jax.random.key(0), 3)
+    q = jax.random.normal(kq, (b, sq, hq, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
+    k = jax.random.normal(kk, (b, sk, hkv, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
+    v = jax.random.normal(kv, (b, sk, hkv, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
+    lengths = jnp.full((b,), sk, jnp.int32)
+    try:
+        attn = make_impl(impl, lengths)
+
+        def chain(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+            for _ in range(CHAIN):
+                q = attn(q, k, v).astype(q.dtype)
+            return q
+
+        f = compile_fn(chain, (q, k, v))
+        t = time_compiled(f, (q, k, v), repeats, 1.0) / CHAIN
+    except Exception as e:  # a peer without this shape: recorded, not fatal
+        rec["note"] = f"failed: {short_reason(e)}"
+        return rec
+    moved = 2 * (2 * q.size + 2 * k.size)  # q and o, k and v, 2 bytes each
+    rec["fwd_us"] = round(t * 1e6, 1)
+    rec["fwd_gbps"] = round(moved / t / 1e9)
+    rec["note"] = f"chain {CHAIN}"
+    return rec
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    impls = [i for i in args.impls.split(",") if i]
+    records = []
+    for cell in CELLS:
+        for impl in impls:
+            rec = measure(impl, cell, args.repeats)
+            records.append(rec)
+            b, sq, sk, hq, hkv = cell
+            print(f"{impl:8s} b{b} sq{sq} sk{sk} {hq}/{hkv}: {rec['fwd_gbps']} GB/s", flush=True)
+    out = {"date": _dt.date.today().isoformat(), "environment": environment(), "records": records}
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(out, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

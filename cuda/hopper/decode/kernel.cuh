@@ -1,0 +1,454 @@
+// The split-KV decode forward (decode/plan.h): a few query rows against a long KV cache, at memory
+// bandwidth. One CTA per (split, kv head x row tile, batch): the query rows of the kv head's group
+// (packed row R = position * group + head in group) against one split of the visible key range.
+//
+// Roles: warp 4 is the producer (one thread issues the TMA loads of K and V blocks of 64 keys into
+// a ring of stages); warps 0-3 consume every stage, each its own 16 keys, with warp-level
+// mma.sync (S = Q K^T, then O += P V), an online softmax per warp in the log2 domain, and the
+// per-element mask of the attention variants (common/problem.h) on every block (the kernel is
+// bound by memory, not by these tests). At the end the four warps' (max, sum, O) merge in a fixed
+// order (so the result is bitwise reproducible), and the CTA writes either the final output (one
+// split) or a float32 partial output and its log2-domain LSE, which decode_combine merges.
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "hopper/common/mask.cuh"
+#include "hopper/common/numeric.cuh"
+#include "hopper/common/problem.h"
+#include "hopper/decode/plan.h"
+#include "hopper/ptx/barrier.cuh"
+#include "hopper/ptx/ldmatrix.cuh"
+#include "hopper/ptx/mbarrier.cuh"
+#include "hopper/ptx/mma_sync.cuh"
+#include "hopper/ptx/tma.cuh"
+
+namespace fa4::hopper {
+
+// One head dim's decode geometry; every size and offset derives from it.
+template <int HeadDim>
+struct DecodeTile {
+  static constexpr int head_dim() { return HeadDim; }
+  static constexpr int block_n() { return kDecodeBlockN; }
+  static constexpr int consumer_warps() { return 4; }
+  static constexpr int keys_per_warp() { return block_n() / consumer_warps(); }  // 16: one k step of P V
+  static constexpr int rows() { return decode_rows_per_cta(HeadDim); }
+  static constexpr int m_tiles() { return rows() / 16; }
+  static constexpr int threads() { return 32 * (consumer_warps() + 1); }
+  static constexpr int chunks() { return HeadDim / 64; }
+  // Stages of K + V: about 96 KB of loads in flight per CTA (two CTAs per SM up to head dim 128).
+  static constexpr int stages() { return HeadDim == 64 ? 6 : HeadDim == 128 ? 3 : 2; }
+  static constexpr uint32_t chunk_bytes_q() { return uint32_t(rows()) * 128; }
+  static constexpr uint32_t chunk_bytes_kv() { return uint32_t(block_n()) * 128; }
+  static constexpr uint32_t q_bytes() { return chunk_bytes_q() * chunks(); }
+  static constexpr uint32_t kv_tile_bytes() { return chunk_bytes_kv() * chunks(); }
+  static constexpr uint32_t q_offset() { return 0; }
+  static constexpr uint32_t k_offset(int stage) { return q_bytes() + uint32_t(stage) * 2 * kv_tile_bytes(); }
+  static constexpr uint32_t v_offset(int stage) { return k_offset(stage) + kv_tile_bytes(); }
+  static constexpr uint32_t barrier_offset() { return k_offset(stages()); }
+  // full[stages], empty[stages].
+  static constexpr uint32_t barrier_bytes() { return 8 * 2 * stages(); }
+  static constexpr uint32_t smem_bytes() { return barrier_offset() + barrier_bytes() + 1024; }
+  // The end-of-loop merge reuses the K / V stages: per-warp row max and sum, then O in float32.
+  static constexpr uint32_t merge_stats_offset() { return k_offset(0); }
+  static constexpr uint32_t merge_o_offset() { return merge_stats_offset() + 2 * 4 * consumer_warps() * rows(); }
+  static constexpr uint32_t merge_bytes() { return merge_o_offset() - merge_stats_offset() + 4u * rows() * HeadDim; }
+
+  static_assert(rows() % 16 == 0 && rows() <= kDecodeMaxRows, "rows are whole m16 tiles");
+  static_assert(merge_bytes() <= barrier_offset() - k_offset(0), "the merge fits in the stages");
+  static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
+};
+
+struct DecodeArgs {
+  const void* q;  // [batch, seq_q, heads_q, head_dim]
+  void* o;        // [batch, seq_q, heads_q, head_dim]
+  float* lse;     // [batch, heads_q, seq_q], natural log
+  float* o_part;    // splits > 1: [splits, batch, heads_kv, rows, head_dim]
+  float* lse_part;  // splits > 1: [splits, batch, heads_kv, rows], log2 domain
+  const float* sinks;  // [batch, heads_q] or null
+  MaskArgs mask;
+  int seq_q, seq_k, heads_q, heads_kv, group, rows, splits, batch;
+  float scale_log2;  // softmax scale * log2(e) (with the soft cap: cap * log2(e))
+  float cap_scale;   // > 0: scores become tanh(raw * cap_scale), then times scale_log2
+};
+
+// The keys [lo, hi) that the real rows of row tile `tile` may see by band and lengths, and the
+// split's key blocks [*b0, *b1) of them.
+struct DecodeRange {
+  int lo = 0, hi = 0, b0 = 0, b1 = 0;
+};
+__device__ __forceinline__ DecodeRange decode_range(const TileMask<MaskKind::kVariant>& m, const DecodeArgs& a,
+                                                    int tile, int rows_per_cta, int split) {
+  DecodeRange r;
+  const int r0 = tile * rows_per_cta, r1 = imin(r0 + rows_per_cta, a.rows);
+  const int i0 = r0 / a.group, i1 = (r1 - 1) / a.group + 1;  // positions [i0, i1)
+  m.key_span(i0, i1, &r.lo, &r.hi);
+  if (r.hi <= r.lo) return r;
+  const int first = r.lo / kDecodeBlockN, last = (r.hi - 1) / kDecodeBlockN + 1;
+  const int per = (last - first + a.splits - 1) / a.splits;
+  r.b0 = imin(last, first + split * per);
+  r.b1 = imin(last, r.b0 + per);
+  return r;
+}
+
+// A row's LSE and output scale from its log2-domain LSE over the visible keys (-inf: none) and
+// the sink: returns the natural-log LSE, *factor the factor on the normalised output.
+__device__ __forceinline__ float decode_finish_row(float lse2, const float* sink, float* factor) {
+  constexpr float kLn2 = 0.6931471805599453f, kLog2e = 1.4426950408889634f;
+  if (sink == nullptr) {
+    *factor = lse2 == -INFINITY ? 0.f : 1.f;
+    return lse2 == -INFINITY ? -INFINITY : lse2 * kLn2;
+  }
+  const float s2 = *sink * kLog2e;
+  const float mx = fmaxf(lse2, s2);
+  const float total2 = mx + log2f(exp2f(lse2 - mx) + exp2f(s2 - mx));
+  *factor = lse2 == -INFINITY ? 0.f : exp2f(lse2 - total2);
+  return total2 * kLn2;
+}
+
+template <class T, class Cfg>
+__global__ void __launch_bounds__(Cfg::threads(), 1)
+    decode_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                  const DecodeArgs a) {
+  constexpr int D = Cfg::head_dim(), MT = Cfg::m_tiles(), RPC = Cfg::rows(), S = Cfg::stages();
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
+  uint64_t* empty = full + S;
+
+  const int split = blockIdx.x;
+  const int hkv = blockIdx.y % a.heads_kv, tile = blockIdx.y / a.heads_kv;
+  const int b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const TileMask<MaskKind::kVariant> mask(a.mask, b);
+  const DecodeRange range = decode_range(mask, a, tile, RPC, split);
+  const int nblk = range.b1 - range.b0;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbarrier_init(&full[s], 1);
+      mbarrier_init(&empty[s], Cfg::consumer_warps());
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (warp == Cfg::consumer_warps()) {
+    // Producer: K and V of each block of the split, one stage per block.
+    if (lane == 0 && nblk > 0) {
+      tma_prefetch_map(&tm_k);
+      tma_prefetch_map(&tm_v);
+      for (int it = 0; it < nblk; ++it) {
+        const int s = it % S;
+        if (it >= S) mbarrier_wait(&empty[s], ((it / S) - 1) & 1);
+        mbarrier_arrive_expect_tx(&full[s], 2 * Cfg::kv_tile_bytes());
+        const int key0 = (range.b0 + it) * kDecodeBlockN;
+        for (int c = 0; c < Cfg::chunks(); ++c) {
+          tma_load_4d(smem + Cfg::k_offset(s) + c * Cfg::chunk_bytes_kv(), &tm_k, &full[s], c * 64, key0, hkv, b);
+          tma_load_4d(smem + Cfg::v_offset(s) + c * Cfg::chunk_bytes_kv(), &tm_v, &full[s], c * 64, key0, hkv, b);
+        }
+      }
+    }
+    return;
+  }
+
+  // Q of the tile's rows into shared memory (the 128-byte swizzle the ldmatrix addresses expect);
+  // rows past the group's rows are zero.
+  const T* q = static_cast<const T*>(a.q);
+  for (int u = threadIdx.x; u < RPC * (D / 8); u += 32 * Cfg::consumer_warps()) {
+    const int r = u / (D / 8), col = (u % (D / 8)) * 8;
+    const int R = tile * RPC + r;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (R < a.rows) {
+      const int i = R / a.group, h = hkv * a.group + R % a.group;
+      val = *reinterpret_cast<const uint4*>(q + ((int64_t(b) * a.seq_q + i) * a.heads_q + h) * D + col);
+    }
+    *reinterpret_cast<uint4*>(smem + Cfg::q_offset() + sw128_offset(r, col, Cfg::chunk_bytes_q())) = val;
+  }
+  named_barrier_sync(1, 32 * Cfg::consumer_warps());
+
+  // This thread's rows: m tile t, half e -> tile row 16 t + lane / 4 + 8 e. Their bands and ids.
+  int row_lo[MT][2], row_hi[MT][2], row_id[MT][2];
+#pragma unroll
+  for (int t = 0; t < MT; ++t) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int R = tile * RPC + 16 * t + lane / 4 + 8 * e;
+      const int i = R / a.group;
+      const bool real = R < a.rows && i < mask.q_len;
+      row_lo[t][e] = real ? mask.key_lo(i) : 0;
+      row_hi[t][e] = real ? mask.key_hi(i) : 0;
+      row_id[t][e] = real && mask.q_ids ? __ldg(mask.q_ids + i) : 0;
+    }
+  }
+
+  float o[MT][D / 8][4];
+  float row_max[MT][2], row_sum[MT][2];
+#pragma unroll
+  for (int t = 0; t < MT; ++t) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) row_max[t][e] = -INFINITY, row_sum[t][e] = 0.f;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[t][n][0] = o[t][n][1] = o[t][n][2] = o[t][n][3] = 0.f;
+  }
+
+  const int wkey = warp * Cfg::keys_per_warp();  // this warp's first key within a block
+  for (int it = 0; it < nblk; ++it) {
+    const int s = it % S;
+    mbarrier_wait(&full[s], (it / S) & 1);
+    const uint8_t* sK = smem + Cfg::k_offset(s);
+    uint8_t* sV = smem + Cfg::v_offset(s);
+    const int key0 = (range.b0 + it) * kDecodeBlockN + wkey;
+
+    // Keys no row of the tile sees (past the cache length, before the window) hold anything,
+    // NaN included: their V rows are zeroed before P V so that 0 * NaN never reaches an output.
+    if (key0 < range.lo || key0 + Cfg::keys_per_warp() > range.hi) {
+      for (int u = lane; u < Cfg::keys_per_warp() * (D / 8); u += 32) {
+        const int k = u / (D / 8), col = (u % (D / 8)) * 8;
+        const int j = key0 + k;
+        if (j < range.lo || j >= range.hi)
+          *reinterpret_cast<uint4*>(sV + sw128_offset(wkey + k, col, Cfg::chunk_bytes_kv())) = make_uint4(0, 0, 0, 0);
+      }
+      __syncwarp();
+    }
+
+    // S = Q K^T for this warp's 16 keys: two n8 tiles per m tile.
+    float sc[MT][2][4];
+#pragma unroll
+    for (int t = 0; t < MT; ++t)
+#pragma unroll
+      for (int n = 0; n < 2; ++n) sc[t][n][0] = sc[t][n][1] = sc[t][n][2] = sc[t][n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t kf[4];
+      ldmatrix_x4(kf, sK + sw128_offset(wkey + (lane % 8) + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8,
+                                        Cfg::chunk_bytes_kv()));
+#pragma unroll
+      for (int t = 0; t < MT; ++t) {
+        uint32_t qf[4];
+        ldmatrix_x4(qf, smem + Cfg::q_offset() +
+                            sw128_offset(16 * t + lane % 16, kk * 16 + (lane / 16) * 8, Cfg::chunk_bytes_q()));
+        mma_m16n8k16<T>(sc[t][0], qf, kf[0], kf[1]);
+        mma_m16n8k16<T>(sc[t][1], qf, kf[2], kf[3]);
+      }
+    }
+
+    // Soft cap, scale, mask (a select: a masked score is -inf whatever K held), online softmax.
+    uint32_t pf[MT][4];
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float mx = row_max[t][e];
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int j = key0 + 8 * n + 2 * (lane % 4) + c;
+            float v = sc[t][n][2 * e + c];
+            if (a.cap_scale > 0.f) v = tanh_approx(v * a.cap_scale);
+            v *= a.scale_log2;
+            bool vis = j >= row_lo[t][e] && j < row_hi[t][e];
+            if (mask.kv_ids != nullptr) vis = vis && j < mask.kv_len && __ldg(mask.kv_ids + j) == row_id[t][e];
+            v = vis ? v : -INFINITY;
+            sc[t][n][2 * e + c] = v;
+            mx = fmaxf(mx, v);
+          }
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float base = mx == -INFINITY ? 0.f : mx;
+        const float corr = exp2_approx(row_max[t][e] - base);  // 0 when the old max was -inf
+        row_max[t][e] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float p = exp2_approx(sc[t][n][2 * e + c] - base);
+            sc[t][n][2 * e + c] = p;
+            sum += p;
+          }
+        }
+        row_sum[t][e] = row_sum[t][e] * corr + sum;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) o[t][n][2 * e] *= corr, o[t][n][2 * e + 1] *= corr;
+      }
+      // The accumulator layout of two n8 tiles is the A fragment of one k16 step.
+      pf[t][0] = pack2<T>(sc[t][0][0], sc[t][0][1]);
+      pf[t][1] = pack2<T>(sc[t][0][2], sc[t][0][3]);
+      pf[t][2] = pack2<T>(sc[t][1][0], sc[t][1][1]);
+      pf[t][3] = pack2<T>(sc[t][1][2], sc[t][1][3]);
+    }
+
+    // O += P V over this warp's 16 keys, 16 head-dim columns per transposed ldmatrix.
+#pragma unroll
+    for (int dd = 0; dd < D / 16; ++dd) {
+      uint32_t vf[4];
+      ldmatrix_x4_trans(vf, sV + sw128_offset(wkey + (lane % 8) + ((lane / 8) % 2) * 8, dd * 16 + (lane / 16) * 8,
+                                              Cfg::chunk_bytes_kv()));
+#pragma unroll
+      for (int t = 0; t < MT; ++t) {
+        mma_m16n8k16<T>(o[t][2 * dd], pf[t], vf[0], vf[1]);
+        mma_m16n8k16<T>(o[t][2 * dd + 1], pf[t], vf[2], vf[3]);
+      }
+    }
+    // The zeroing above wrote the stage through the generic proxy; the next TMA fill of it is an
+    // async-proxy write, ordered after them by this fence and the release below.
+    fence_proxy_async_smem();
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(&empty[s]);
+  }
+
+  // Merge the four warps: the tile's max per row, each warp's sum and O rescaled to it, summed in
+  // warp order.
+  constexpr int W = Cfg::consumer_warps();
+  named_barrier_sync(1, 32 * W);  // every warp is past its last read of the stages
+  float* st_max = reinterpret_cast<float*>(smem + Cfg::merge_stats_offset());
+  float* st_sum = st_max + W * RPC;
+  float* so = reinterpret_cast<float*>(smem + Cfg::merge_o_offset());
+#pragma unroll
+  for (int t = 0; t < MT; ++t) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float sum = row_sum[t][e];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      row_sum[t][e] = sum;
+      if (lane % 4 == 0) {
+        const int r = 16 * t + lane / 4 + 8 * e;
+        st_max[warp * RPC + r] = row_max[t][e];
+        st_sum[warp * RPC + r] = sum;
+      }
+    }
+  }
+  named_barrier_sync(1, 32 * W);
+  float scale_own[MT][2];
+#pragma unroll
+  for (int t = 0; t < MT; ++t) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = 16 * t + lane / 4 + 8 * e;
+      float mx = -INFINITY;
+      for (int w = 0; w < W; ++w) mx = fmaxf(mx, st_max[w * RPC + r]);
+      const float base = mx == -INFINITY ? 0.f : mx;
+      scale_own[t][e] = exp2_approx(row_max[t][e] - base);
+    }
+  }
+  for (int w = 0; w < W; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int t = 0; t < MT; ++t) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int r = 16 * t + lane / 4 + 8 * e;
+#pragma unroll
+          for (int n = 0; n < D / 8; ++n) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              float* dst = so + r * D + 8 * n + 2 * (lane % 4) + c;
+              const float v = o[t][n][2 * e + c] * scale_own[t][e];
+              *dst = w == 0 ? v : *dst + v;
+            }
+          }
+        }
+      }
+    }
+    named_barrier_sync(1, 32 * W);
+  }
+
+  // Output: rows of the tile, float32 O / sum, as the final output (one split: LSE with the sink,
+  // padding rows 0 / -inf) or as this split's partial.
+  for (int u = threadIdx.x; u < RPC * (D / 4); u += 32 * W) {
+    const int r = u / (D / 4), col = (u % (D / 4)) * 4;
+    const int R = tile * RPC + r;
+    if (R >= a.rows) continue;
+    float mx = -INFINITY;
+    for (int w = 0; w < W; ++w) mx = fmaxf(mx, st_max[w * RPC + r]);
+    const float base = mx == -INFINITY ? 0.f : mx;
+    float sum = 0.f;  // the warps' sums rescaled to the row's max, in warp order
+    for (int w = 0; w < W; ++w) sum += st_sum[w * RPC + r] * exp2_approx(st_max[w * RPC + r] - base);
+    const float lse2 = sum > 0.f ? base + __log2f(sum) : -INFINITY;
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const float4 acc = *reinterpret_cast<const float4*>(so + r * D + col);
+    const int i = R / a.group, h = hkv * a.group + R % a.group;
+    if (a.splits == 1) {
+      float factor;
+      const bool pad = i >= mask.q_len;
+      const float* sink = a.sinks && !pad ? a.sinks + int64_t(b) * a.heads_q + h : nullptr;
+      float lse = decode_finish_row(lse2, sink, &factor);
+      if (pad) factor = 0.f, lse = -INFINITY;
+      const float f = factor * inv;
+      T* dst = static_cast<T*>(a.o) + ((int64_t(b) * a.seq_q + i) * a.heads_q + h) * D + col;
+      uint2 packed;
+      packed.x = pack2<T>(acc.x * f, acc.y * f);
+      packed.y = pack2<T>(acc.z * f, acc.w * f);
+      *reinterpret_cast<uint2*>(dst) = packed;
+      if (col == 0) a.lse[(int64_t(b) * a.heads_q + h) * a.seq_q + i] = lse;
+    } else {
+      const int64_t row = ((int64_t(split) * a.batch + b) * a.heads_kv + hkv) * a.rows + R;
+      *reinterpret_cast<float4*>(a.o_part + row * D + col) =
+          make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+      if (col == 0) a.lse_part[row] = lse2;
+    }
+  }
+}
+
+// Merges the splits' partials of each packed row (one warp a row): weights exp2(lse_s - max),
+// the sink, padding rows; writes o and the natural-log LSE.
+template <class T, int D>
+__global__ void __launch_bounds__(128) decode_combine(const DecodeArgs a) {
+  const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;  // over batch x heads_kv x rows
+  const int lane = threadIdx.x % 32;
+  const int64_t pairs_rows = int64_t(a.batch) * a.heads_kv * a.rows;
+  if (row >= pairs_rows) return;
+  const int R = int(row % a.rows);
+  const int hkv = int((row / a.rows) % a.heads_kv);
+  const int b = int(row / (int64_t(a.rows) * a.heads_kv));
+  const int i = R / a.group, h = hkv * a.group + R % a.group;
+  int q_len = a.seq_q;
+  if (a.mask.q_lengths) q_len = iclamp(a.mask.q_lengths[b], 0, a.seq_q);
+  const bool pad = i >= q_len;
+
+  float mx = -INFINITY;
+  for (int s = lane; s < a.splits; s += 32) mx = fmaxf(mx, a.lse_part[s * pairs_rows + row]);
+#pragma unroll
+  for (int k = 16; k >= 1; k /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
+  const float base = mx == -INFINITY ? 0.f : mx;
+  float acc[D / 32];
+#pragma unroll
+  for (int c = 0; c < D / 32; ++c) acc[c] = 0.f;
+  float wsum = 0.f;
+  for (int s = 0; s < a.splits; ++s) {
+    const float w = exp2f(a.lse_part[s * pairs_rows + row] - base);  // 0 for an empty split
+    wsum += w;
+    if (w > 0.f) {
+      const float* src = a.o_part + (s * pairs_rows + row) * D;
+#pragma unroll
+      for (int c = 0; c < D / 32; ++c) acc[c] += w * src[lane + 32 * c];
+    }
+  }
+  const float lse2 = wsum > 0.f ? base + log2f(wsum) : -INFINITY;
+  float factor;
+  const float* sink = a.sinks && !pad ? a.sinks + int64_t(b) * a.heads_q + h : nullptr;
+  float lse = decode_finish_row(lse2, sink, &factor);
+  if (pad) factor = 0.f, lse = -INFINITY;
+  const float f = wsum > 0.f ? factor / wsum : 0.f;
+  T* dst = static_cast<T*>(a.o) + ((int64_t(b) * a.seq_q + i) * a.heads_q + h) * D;
+#pragma unroll
+  for (int c = 0; c < D / 32; ++c) {
+    const float v = acc[c] * f;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      dst[lane + 32 * c] = __float2bfloat16_rn(v);
+    } else {
+      dst[lane + 32 * c] = __float2half_rn(v);
+    }
+  }
+  if (lane == 0) a.lse[(int64_t(b) * a.heads_q + h) * a.seq_q + i] = lse;
+}
+
+}  // namespace fa4::hopper

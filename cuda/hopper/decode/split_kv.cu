@@ -1,0 +1,100 @@
+// The decode path's launch (decode/plan.h): tensor maps of K and V, the split kernel and, with
+// more than one split, the combine. launch_fwd (fwd/launch.cu) routes a problem here when its plan
+// says so.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+#include <type_traits>
+
+#include "hopper/common/tensor_map.h"
+#include "hopper/decode/kernel.cuh"
+#include "hopper/decode/launch.h"
+
+namespace fa4::hopper {
+
+namespace {
+
+template <class T, int D>
+std::string launch_decode_typed(const FwdProblem& p, const DecodePlan& plan, cudaStream_t stream) {
+  using Cfg = DecodeTile<D>;
+  if (plan.rows_per_cta != Cfg::rows()) return "decode plan and configuration disagree on the rows per CTA";
+  const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+  CUtensorMap tk, tv;
+  std::string err;
+  if (!(err = make_bshd_tensor_map(&tk, p.k, bf16, p.batch, p.seq_k, p.heads_kv, p.head_dim, Cfg::block_n())).empty())
+    return err;
+  if (!(err = make_bshd_tensor_map(&tv, p.v, bf16, p.batch, p.seq_k, p.heads_kv, p.head_dim, Cfg::block_n())).empty())
+    return err;
+
+  DecodeArgs a{};
+  a.q = p.q;
+  a.o = p.o;
+  a.lse = p.lse;
+  a.sinks = p.variant.sinks;
+  a.mask = make_mask_args(p);
+  a.seq_q = int(p.seq_q);
+  a.seq_k = int(p.seq_k);
+  a.heads_q = int(p.heads_q);
+  a.heads_kv = int(p.heads_kv);
+  a.group = int(p.heads_q / p.heads_kv);
+  a.rows = plan.rows;
+  a.splits = plan.splits;
+  a.batch = int(p.batch);
+  a.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  a.cap_scale = 0.f;
+  if (p.variant.softcap > 0.f) {
+    // Scores become c tanh(scale q.k / c): tanh of q.k * (scale / c), then the softmax's scale is c.
+    a.cap_scale = p.softmax_scale / p.variant.softcap;
+    a.scale_log2 = p.variant.softcap * 1.4426950408889634f;
+  }
+  if (plan.splits > 1) {
+    const size_t need = decode_workspace_bytes(plan, p.batch, p.heads_kv, p.head_dim);
+    if (p.workspace == nullptr || p.workspace_bytes < need)
+      return "the decode path needs a workspace of " + std::to_string(need) + " bytes, got " +
+             std::to_string(p.workspace_bytes);
+    const uintptr_t base = (reinterpret_cast<uintptr_t>(p.workspace) + kDecodeWorkspaceAlign - 1) &
+                           ~uintptr_t(kDecodeWorkspaceAlign - 1);
+    const size_t rows = size_t(plan.splits) * p.batch * p.heads_kv * plan.rows;
+    const size_t o_bytes = (rows * p.head_dim * 4 + kDecodeWorkspaceAlign - 1) / kDecodeWorkspaceAlign * kDecodeWorkspaceAlign;
+    a.o_part = reinterpret_cast<float*>(base);
+    a.lse_part = reinterpret_cast<float*>(base + o_bytes);
+  }
+
+  auto kernel = decode_kernel<T, Cfg>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
+  if (e != cudaSuccess) return std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e);
+  const dim3 grid(unsigned(plan.splits), unsigned(p.heads_kv * plan.row_tiles), unsigned(p.batch));
+  kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tk, tv, a);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return std::string("decode kernel launch failed: ") + cudaGetErrorString(e);
+  if (plan.splits > 1) {
+    const int64_t rows = p.batch * p.heads_kv * int64_t(plan.rows);
+    decode_combine<T, D><<<unsigned((rows + 3) / 4), 128, 0, stream>>>(a);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return std::string("decode combine launch failed: ") + cudaGetErrorString(e);
+  }
+  return {};
+}
+
+template <class T>
+std::string launch_decode_dtype(const FwdProblem& p, const DecodePlan& plan, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64: return launch_decode_typed<T, 64>(p, plan, stream);
+    case 128: return launch_decode_typed<T, 128>(p, plan, stream);
+    default: return launch_decode_typed<T, 256>(p, plan, stream);
+  }
+}
+
+}  // namespace
+
+std::string launch_decode(const FwdProblem& p, const DecodePlan& plan, cudaStream_t stream) {
+  if (!plan.use) return "the problem is not a decode shape";
+  if (p.seq_q > INT_MAX || p.seq_k > INT_MAX) return "sequence too long for the decode path";
+  if (p.heads_kv * plan.row_tiles > 65535) return "heads_kv x row tiles over 65535 for the decode grid";
+  if (p.dtype == Dtype::kBf16) return launch_decode_dtype<__nv_bfloat16>(p, plan, stream);
+  return launch_decode_dtype<__half>(p, plan, stream);
+}
+
+}  // namespace fa4::hopper
