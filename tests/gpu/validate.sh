@@ -82,10 +82,11 @@ if has harness; then
     timeout "$(cap 90 150)" "$@" >> $log 2>&1
     stamp "$label rc=$? $(grep -E '(cases|runs) passed' $log | tail -1)"
   }
-  run_h $F "fwd harness: library + every configuration, dense and causal" $H/fwd_check --no-variants
-  run_h $F "fwd harness: library + every configuration, variants" $H/fwd_check --variants-only
-  run_h $F "fwd harness: persistent, 3 CTAs" $H/fwd_check --configs "hd64 persistent,hd128 persistent" --max-ctas 3
-  run_h $F "fwd harness: persistent, 5 CTAs, one-pair sections" $H/fwd_check --configs "hd64 persistent,hd128 persistent" --max-ctas 5 --section 1
+  run_h $F "fwd harness: library + every configuration, dense and causal" $H/fwd_check --no-variants --no-decode
+  run_h $F "fwd harness: library + every configuration, variants" $H/fwd_check --variants-only --no-decode
+  run_h $F "fwd harness: library, decode shapes (split-KV path)" $H/fwd_check --decode-only
+  run_h $F "fwd harness: persistent, 3 CTAs" $H/fwd_check --configs "hd64 persistent,hd128 persistent" --max-ctas 3 --no-decode
+  run_h $F "fwd harness: persistent, 5 CTAs, one-pair sections" $H/fwd_check --configs "hd64 persistent,hd128 persistent" --max-ctas 5 --section 1 --no-decode
   run_h $B "bwd harness: library + every configuration, dense and causal" $H/bwd_check --no-variants ${BWD_CHECK_ARGS:-}
   run_h $B "bwd harness: library + every configuration, variants" $H/bwd_check --variants-only ${BWD_CHECK_ARGS:-}
   run_h $B "bwd harness: persistent, 3 CTAs" $H/bwd_check --config "hd128 persistent" --hd 128 --max-ctas 3
