@@ -6,7 +6,7 @@
 #             library entry checked against float64 on the host, outputs poisoned; the persistent
 #             configurations also with many tiles per CTA and one-pair sections
 #   tests     pytest tests/gpu (jax_fa4 through JAX against the float64 oracle, the error rule)
-#   sanitize  compute-sanitizer memcheck, racecheck and synccheck on the harnesses' small shapes
+#   sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the harnesses' small shapes
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS (only when named in STAGES)
 #   variants  benchmarks/bench_variants.py $VARIANTS_ARGS (only when named in STAGES; the peers
 #             from ../shared/peers when .peers/bin/env.sh is there, tokamax from .whl)
@@ -107,7 +107,7 @@ if has tests; then
 fi
 
 if has sanitize; then
-  for tool in memcheck racecheck synccheck; do
+  for tool in memcheck racecheck synccheck initcheck; do
     for h in fwd bwd; do
       [ "$(left)" -gt 40 ] || { stamp "sanitize: out of time before $tool $h"; break 2; }
       timeout "$(cap ${SANITIZE_CAP:-80} 20)" compute-sanitizer --tool $tool --error-exitcode 9 $H/${h}_check --quick \
