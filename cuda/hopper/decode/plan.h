@@ -67,13 +67,31 @@ inline DecodePlan decode_plan(int64_t batch, int64_t seq_q, int64_t seq_k, int64
 constexpr size_t kDecodeWorkspaceAlign = 256;
 
 // The workspace of a split plan: partial outputs float32 [splits, batch, heads_kv, rows, head_dim],
-// then partial LSEs float32 [splits, batch, heads_kv, rows]. One split writes the outputs directly
-// and needs none.
+// then partial LSEs float32 [splits, batch, heads_kv, rows], each from a kDecodeWorkspaceAlign
+// boundary. One split writes the outputs directly and needs none. decode_workspace_bytes and
+// decode_workspace_from both read these offsets.
+struct DecodeWorkspace {
+  float* o_part;
+  float* lse_part;
+};
+inline size_t decode_align_up(size_t n) {
+  return (n + kDecodeWorkspaceAlign - 1) / kDecodeWorkspaceAlign * kDecodeWorkspaceAlign;
+}
+inline size_t decode_partial_rows(const DecodePlan& plan, int64_t batch, int64_t heads_kv) {
+  return size_t(plan.splits) * size_t(batch) * size_t(heads_kv) * size_t(plan.rows);
+}
 inline size_t decode_workspace_bytes(const DecodePlan& plan, int64_t batch, int64_t heads_kv, int64_t head_dim) {
   if (!plan.use || plan.splits <= 1) return 0;
-  auto up = [](size_t n) { return (n + kDecodeWorkspaceAlign - 1) / kDecodeWorkspaceAlign * kDecodeWorkspaceAlign; };
-  const size_t rows = size_t(plan.splits) * size_t(batch) * size_t(heads_kv) * size_t(plan.rows);
-  return kDecodeWorkspaceAlign + up(rows * size_t(head_dim) * 4) + up(rows * 4);
+  const size_t rows = decode_partial_rows(plan, batch, heads_kv);
+  return kDecodeWorkspaceAlign + decode_align_up(rows * size_t(head_dim) * 4) + decode_align_up(rows * 4);
+}
+// The sub-buffers inside a workspace of decode_workspace_bytes at `base` (any alignment).
+inline DecodeWorkspace decode_workspace_from(const DecodePlan& plan, int64_t batch, int64_t heads_kv,
+                                             int64_t head_dim, void* base) {
+  const uintptr_t at =
+      (reinterpret_cast<uintptr_t>(base) + kDecodeWorkspaceAlign - 1) & ~uintptr_t(kDecodeWorkspaceAlign - 1);
+  const size_t o_bytes = decode_align_up(decode_partial_rows(plan, batch, heads_kv) * size_t(head_dim) * 4);
+  return {reinterpret_cast<float*>(at), reinterpret_cast<float*>(at + o_bytes)};
 }
 
 // Bytes of the uint8 workspace result of the CUDA forward custom call for this shape (0 unless the

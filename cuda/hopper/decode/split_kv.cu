@@ -54,12 +54,9 @@ std::string launch_decode_typed(const FwdProblem& p, const DecodePlan& plan, cud
     if (p.workspace == nullptr || p.workspace_bytes < need)
       return "the decode path needs a workspace of " + std::to_string(need) + " bytes, got " +
              std::to_string(p.workspace_bytes);
-    const uintptr_t base = (reinterpret_cast<uintptr_t>(p.workspace) + kDecodeWorkspaceAlign - 1) &
-                           ~uintptr_t(kDecodeWorkspaceAlign - 1);
-    const size_t rows = size_t(plan.splits) * p.batch * p.heads_kv * plan.rows;
-    const size_t o_bytes = (rows * p.head_dim * 4 + kDecodeWorkspaceAlign - 1) / kDecodeWorkspaceAlign * kDecodeWorkspaceAlign;
-    a.o_part = reinterpret_cast<float*>(base);
-    a.lse_part = reinterpret_cast<float*>(base + o_bytes);
+    const DecodeWorkspace ws = decode_workspace_from(plan, p.batch, p.heads_kv, p.head_dim, p.workspace);
+    a.o_part = ws.o_part;
+    a.lse_part = ws.lse_part;
   }
 
   auto kernel = decode_kernel<T, Cfg>;
