@@ -9,14 +9,11 @@ shard_map).
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from lowering_script import run_result_script
 
 from jax_fa4 import _ffi
 
@@ -89,19 +86,7 @@ _SCRIPT = textwrap.dedent(
 
 
 def _run() -> dict:
-    env = dict(os.environ)
-    if "xla_force_host_platform_device_count" not in env.get("XLA_FLAGS", ""):
-        env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
-    proc = subprocess.run(
-        [sys.executable, "-c", f"SHAPE = {SHAPE!r}\n" + _SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout + proc.stderr
-    return json.loads(lines[-1][len("RESULT ") :])
+    return run_result_script(f"SHAPE = {SHAPE!r}\n" + _SCRIPT)
 
 
 def _workspace_elems(types: list[str]) -> int:

@@ -11,14 +11,11 @@ checks what the lowering does with the size, and the CUDA build's tests check th
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from lowering_script import run_result_script
 
 from jax_fa4 import _ffi
 
@@ -113,20 +110,8 @@ _SCRIPT = textwrap.dedent(
 @pytest.fixture(scope="module")
 def lowered() -> dict:
     """The forward custom calls' result types and the sizes the lowering asked for, per case."""
-    env = dict(os.environ)
-    if "xla_force_host_platform_device_count" not in env.get("XLA_FLAGS", ""):
-        env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
     shapes = {"prefill": PREFILL, "decode": DECODE}
-    proc = subprocess.run(
-        [sys.executable, "-c", f"SHAPES = {shapes!r}\n" + _SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout + proc.stderr
-    return json.loads(lines[-1][len("RESULT ") :])
+    return run_result_script(f"SHAPES = {shapes!r}\n" + _SCRIPT)
 
 
 @pytest.mark.parametrize("name,shape", [("prefill", PREFILL), ("decode", DECODE)])
