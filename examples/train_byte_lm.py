@@ -18,10 +18,21 @@ self-attention (q/k/v and output projections, ``nnx.LinearGeneral``) and a GELU 
 residual stream, sublayers computing in ``--dtype`` (bfloat16 on a GPU, float32 on the CPU by
 default), logits tied to the embedding. AdamW with warm-up and cosine decay, gradient clipping.
 
+Sampling after training uses a KV cache (:meth:`Trainer.generate`): one prefill over the prompt
+returns each layer's K and V (a cache ``[1, seq_len, heads, head_dim]`` per layer), then one jitted
+decode step per byte, the cache donated, writes the new K and V at the cache length
+(``jax.lax.dynamic_update_slice``) and attends with ``jax_fa4.attention(q, k_cache, v_cache,
+causal=True, key_value_seq_lengths=cache_len)`` (``--attention jax_nn``:
+``jax.nn.dot_product_attention(q, k_cache, v_cache, key_value_seq_lengths=cache_len)``). The
+learned positions stop at ``seq_len``: when the context is full it restarts from its last
+``seq_len // 2`` bytes, prefilled again at positions 0, 1, ... Generated tokens/s is timed after a
+warm-up (compilation excluded), batch 1.
+
 Outputs under ``--out``: ``loss.png`` (training and held-out loss), ``metrics.json`` (losses, eval
-losses, tokens/s, a generated sample), ``checkpoints/`` (orbax; ``--resume`` continues from the
-newest). With ``--compare`` both attention variants train from the same initial weights on the same
-batches: ``<out>/jax_fa4/``, ``<out>/jax_nn/``, and ``compare.png`` + ``compare.json`` side by side.
+losses, training tokens/s, the generated sample and its tokens/s), ``checkpoints/`` (orbax;
+``--resume`` continues from the newest). With ``--compare`` both attention variants train from the
+same initial weights on the same batches: ``<out>/jax_fa4/``, ``<out>/jax_nn/``, and
+``compare.png`` + ``compare.json`` side by side (both tokens/s per attention).
 
 Examples::
 
@@ -42,7 +53,7 @@ import sys
 import sysconfig
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +66,7 @@ from tqdm import tqdm
 import jax_fa4
 
 ATTENTIONS = ("jax_fa4", "jax_nn")
+SAMPLE_PROMPT = b"import os\n\ndef "  # what the sample after training continues
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,12 +267,34 @@ def eval_batches(corpus: Corpus, cfg: Config) -> list[Batch]:
 # [batch, seq]) -> [batch, seq, heads, head_dim], causal inside each document.
 AttentionFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
 
+# A decode attention function: (q [batch, 1, heads, head_dim], k_cache, v_cache [batch, seq_len,
+# heads, head_dim], cache_len int32 [batch]) -> [batch, 1, heads, head_dim]: the one query of
+# sequence b sees the keys [0, cache_len[b]) of its cache (its own key included, at cache_len - 1).
+DecodeAttentionFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
+
+
+class AttentionFns(NamedTuple):
+    """One attention kind: the packed function (training, full forward, prefill) and the decode
+    function (one new token against the KV cache)."""
+
+    packed: AttentionFn
+    decode: DecodeAttentionFn
+
 
 def jax_fa4_packed_attention(
     q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array
 ) -> jax.Array:
     """jax_fa4: causal attention inside each document of a packed row (segment ids)."""
     return jax_fa4.attention(q, k, v, causal=True, segment_ids=segment_ids)
+
+
+def jax_fa4_decode_attention(
+    q: jax.Array, k_cache: jax.Array, v_cache: jax.Array, cache_len: jax.Array
+) -> jax.Array:
+    """jax_fa4's decode call. With lengths, jax_fa4 aligns causal masks to the end of the visible
+    keys (query i of seq_q sits at position ``cache_len - seq_q + i``): the one query sits at
+    ``cache_len - 1`` and sees the keys ``[0, cache_len)``; keys past the length are never read."""
+    return jax_fa4.attention(q, k_cache, v_cache, causal=True, key_value_seq_lengths=cache_len)
 
 
 def jax_nn_packed_attention(implementation: str | None = None) -> AttentionFn:
@@ -276,19 +310,61 @@ def jax_nn_packed_attention(implementation: str | None = None) -> AttentionFn:
     return attention_fn
 
 
-def attention_fn_for(cfg: Config) -> AttentionFn:
+def jax_nn_decode_attention(implementation: str | None = None) -> DecodeAttentionFn:
+    """The baseline's decode: ``jax.nn.dot_product_attention(q, k_cache, v_cache,
+    key_value_seq_lengths=cache_len)``. Not ``is_causal``: jax.nn aligns its causal mask top-left
+    (the one query would see key 0 only); for one query the visible keys are exactly those below
+    the length."""
+
+    def attention_fn(
+        q: jax.Array, k_cache: jax.Array, v_cache: jax.Array, cache_len: jax.Array
+    ) -> jax.Array:
+        return jax.nn.dot_product_attention(
+            q, k_cache, v_cache, key_value_seq_lengths=cache_len, implementation=implementation
+        )
+
+    return attention_fn
+
+
+def attention_fns_for(cfg: Config) -> AttentionFns:
+    """The packed and decode attention functions of ``cfg.attention``."""
     if cfg.attention == "jax_fa4":
-        return jax_fa4_packed_attention
+        return AttentionFns(jax_fa4_packed_attention, jax_fa4_decode_attention)
     if cfg.attention == "jax_nn":
-        return jax_nn_packed_attention(cfg.jax_nn_implementation)
+        impl = cfg.jax_nn_implementation
+        return AttentionFns(jax_nn_packed_attention(impl), jax_nn_decode_attention(impl))
     raise ValueError(f"attention must be one of {ATTENTIONS}; got {cfg.attention!r}")
 
 
-class SelfAttention(nnx.Module):
-    """Multi-head self-attention over packed rows: q/k/v projections, `attention_fn`, output
-    projection; [batch, seq, d_model] -> [batch, seq, d_model] in the compute dtype."""
+class KVCache(NamedTuple):
+    """One layer's keys and values, ``[batch, seq_len, heads, head_dim]`` each, in the compute
+    dtype. Row j of sequence b holds the token at position j; the rows at and past the sequence's
+    cache length are zeros after a prefill and never read."""
 
-    def __init__(self, cfg: Config, attention_fn: AttentionFn, *, rngs: nnx.Rngs):
+    k: jax.Array
+    v: jax.Array
+
+
+def _write_row(cache: jax.Array, row: jax.Array, index: jax.Array) -> jax.Array:
+    """cache [batch, seq_len, heads, head_dim] with ``row[b]`` ([1, heads, head_dim]) written at
+    ``index[b]`` (int32 [batch], each in ``[0, seq_len)``) of each sequence."""
+
+    def one(c: jax.Array, r: jax.Array, i: jax.Array) -> jax.Array:
+        zero = jnp.zeros_like(i)  # the start indices share one dtype (int64 under x64)
+        return jax.lax.dynamic_update_slice(c, r.astype(c.dtype), (i, zero, zero))
+
+    return jax.vmap(one)(cache, row, index)
+
+
+class SelfAttention(nnx.Module):
+    """Multi-head self-attention over packed rows: q/k/v projections, the attention function,
+    output projection; [batch, seq, d_model] -> [batch, seq, d_model] in the compute dtype.
+
+    Three paths: ``__call__`` (training and the full forward), ``prefill`` (the same, also
+    returning the layer's :class:`KVCache`) and ``decode`` (one new token against the cache).
+    """
+
+    def __init__(self, cfg: Config, attention: AttentionFns, *, rngs: nnx.Rngs):
         dtype, d, h = cfg.compute_dtype(), cfg.d_model, cfg.num_heads
         self.qkv = nnx.LinearGeneral(
             d, (3, h, cfg.head_dim), use_bias=False, dtype=dtype, rngs=rngs
@@ -296,40 +372,89 @@ class SelfAttention(nnx.Module):
         self.out = nnx.LinearGeneral(
             (h, cfg.head_dim), d, axis=(-2, -1), use_bias=False, dtype=dtype, rngs=rngs
         )
-        self.attention_fn = attention_fn
+        self.attention_fn = attention.packed
+        self.decode_fn = attention.decode
+
+    def _attend(
+        self, x: jax.Array, segment_ids: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """(output [batch, seq, d_model], k, v [batch, seq, heads, head_dim])."""
+        qkv = self.qkv(x)  # [batch, seq, 3, heads, head_dim]
+        k, v = qkv[:, :, 1], qkv[:, :, 2]
+        return self.out(self.attention_fn(qkv[:, :, 0], k, v, segment_ids)), k, v
 
     def __call__(self, x: jax.Array, segment_ids: jax.Array) -> jax.Array:
-        qkv = self.qkv(x)  # [batch, seq, 3, heads, head_dim]
-        o = self.attention_fn(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], segment_ids)
-        return self.out(o)
+        return self._attend(x, segment_ids)[0]
+
+    def prefill(
+        self, x: jax.Array, segment_ids: jax.Array, lengths: jax.Array
+    ) -> tuple[jax.Array, KVCache]:
+        """x [batch, seq_len, d_model], the first ``lengths[b]`` rows real (int32 [batch]) ->
+        (output [batch, seq_len, d_model], the cache: k and v, zeros at and past the lengths)."""
+        out, k, v = self._attend(x, segment_ids)
+        real = (jnp.arange(x.shape[1]) < lengths[:, None])[:, :, None, None]
+        return out, KVCache(jnp.where(real, k, 0), jnp.where(real, v, 0))
+
+    def decode(
+        self, x: jax.Array, cache: KVCache, cache_len: jax.Array
+    ) -> tuple[jax.Array, KVCache]:
+        """x [batch, 1, d_model]: the token at position ``cache_len[b]`` (int32 [batch], below
+        seq_len) of each sequence -> (output [batch, 1, d_model], the cache with its k and v
+        written at row cache_len); it attends to the cache's rows ``[0, cache_len]``."""
+        qkv = self.qkv(x)  # [batch, 1, 3, heads, head_dim]
+        cache = KVCache(
+            _write_row(cache.k, qkv[:, :, 1], cache_len),
+            _write_row(cache.v, qkv[:, :, 2], cache_len),
+        )
+        o = self.decode_fn(qkv[:, :, 0], cache.k, cache.v, cache_len + 1)
+        return self.out(o), cache
 
 
 class Block(nnx.Module):
-    """Pre-LayerNorm transformer block: causal self-attention (per document) and a GELU MLP."""
+    """Pre-LayerNorm transformer block: causal self-attention (per document) and a GELU MLP;
+    the same three paths as :class:`SelfAttention`."""
 
-    def __init__(self, cfg: Config, attention_fn: AttentionFn, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: Config, attention: AttentionFns, *, rngs: nnx.Rngs):
         dtype = cfg.compute_dtype()
         d = cfg.d_model
         self.ln1 = nnx.LayerNorm(d, rngs=rngs)
-        self.attn = SelfAttention(cfg, attention_fn, rngs=rngs)
+        self.attn = SelfAttention(cfg, attention, rngs=rngs)
         self.ln2 = nnx.LayerNorm(d, rngs=rngs)
         self.fc1 = nnx.Linear(d, cfg.mlp_ratio * d, dtype=dtype, rngs=rngs)
         self.fc2 = nnx.Linear(cfg.mlp_ratio * d, d, dtype=dtype, rngs=rngs)
 
-    def __call__(self, x: jax.Array, segment_ids: jax.Array) -> jax.Array:
-        x = x + self.attn(self.ln1(x), segment_ids).astype(x.dtype)
+    def _mlp_residual(self, x: jax.Array) -> jax.Array:
         return x + self.fc2(nnx.gelu(self.fc1(self.ln2(x)))).astype(x.dtype)
+
+    def __call__(self, x: jax.Array, segment_ids: jax.Array) -> jax.Array:
+        return self._mlp_residual(x + self.attn(self.ln1(x), segment_ids).astype(x.dtype))
+
+    def prefill(
+        self, x: jax.Array, segment_ids: jax.Array, lengths: jax.Array
+    ) -> tuple[jax.Array, KVCache]:
+        a, cache = self.attn.prefill(self.ln1(x), segment_ids, lengths)
+        return self._mlp_residual(x + a.astype(x.dtype)), cache
+
+    def decode(
+        self, x: jax.Array, cache: KVCache, cache_len: jax.Array
+    ) -> tuple[jax.Array, KVCache]:
+        a, cache = self.attn.decode(self.ln1(x), cache, cache_len)
+        return self._mlp_residual(x + a.astype(x.dtype)), cache
 
 
 class ByteLM(nnx.Module):
-    """Decoder-only byte-level language model; logits tied to the byte embedding."""
+    """Decoder-only byte-level language model; logits tied to the byte embedding.
 
-    def __init__(self, cfg: Config, attention_fn: AttentionFn, *, rngs: nnx.Rngs):
+    ``__call__`` is the full forward over packed rows; ``prefill`` and ``decode`` generate with a
+    KV cache of ``seq_len`` positions per layer (one :class:`KVCache` per block).
+    """
+
+    def __init__(self, cfg: Config, attention: AttentionFns, *, rngs: nnx.Rngs):
         if cfg.d_model % cfg.num_heads:
             raise ValueError(f"d_model {cfg.d_model} is not a multiple of heads {cfg.num_heads}")
         self.embed = nnx.Embed(256, cfg.d_model, rngs=rngs)
         self.pos = nnx.Embed(cfg.seq_len, cfg.d_model, rngs=rngs)
-        self.blocks = nnx.List([Block(cfg, attention_fn, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.blocks = nnx.List([Block(cfg, attention, rngs=rngs) for _ in range(cfg.num_layers)])
         self.ln_f = nnx.LayerNorm(cfg.d_model, rngs=rngs)
 
     def __call__(
@@ -348,6 +473,35 @@ class ByteLM(nnx.Module):
         for block in self.blocks:
             x = block(x, segment_ids)
         return self.embed.attend(self.ln_f(x))
+
+    def prefill(
+        self, tokens: jax.Array, lengths: jax.Array
+    ) -> tuple[jax.Array, tuple[KVCache, ...]]:
+        """int32 tokens [batch, seq_len], the first ``lengths[b]`` (int32 [batch], >= 1) of each
+        row the prompt at positions 0, 1, ... (the rest padding) -> (float32 logits [batch, 256]
+        of the byte after each prompt, one KVCache per block holding the prompt)."""
+        positions = jnp.broadcast_to(jnp.arange(tokens.shape[-1]), tokens.shape)
+        x = self.embed(tokens) + self.pos(positions)
+        segment_ids = jnp.ones(tokens.shape, jnp.int32)  # padding follows: causal hides it
+        caches = []
+        for block in self.blocks:
+            x, cache = block.prefill(x, segment_ids, lengths)
+            caches.append(cache)
+        last = x[jnp.arange(x.shape[0]), lengths - 1]  # [batch, d_model]
+        return self.embed.attend(self.ln_f(last)), tuple(caches)
+
+    def decode(
+        self, tokens: jax.Array, cache_len: jax.Array, caches: Sequence[KVCache]
+    ) -> tuple[jax.Array, tuple[KVCache, ...]]:
+        """One step: int32 tokens [batch], each at position ``cache_len[b]`` (int32 [batch],
+        below seq_len: the number of tokens in the caches) -> (float32 logits [batch, 256] of
+        the byte after it, the caches with it written at row cache_len)."""
+        x = self.embed(tokens[:, None]) + self.pos(cache_len[:, None])  # [batch, 1, d_model]
+        new_caches = []
+        for block, cache in zip(self.blocks, caches, strict=True):
+            x, cache = block.decode(x, cache, cache_len)
+            new_caches.append(cache)
+        return self.embed.attend(self.ln_f(x[:, 0])), tuple(new_caches)
 
 
 def make_optimizer(cfg: Config) -> optax.GradientTransformation:
@@ -384,6 +538,28 @@ def loss_fn(model: ByteLM, batch: tuple[jax.Array, jax.Array, jax.Array]) -> jax
 # Training
 
 
+def choose_next(logits: jax.Array, key: jax.Array, temperature: float) -> jax.Array:
+    """The next byte, int32 [batch], from float32 logits [batch, 256]: the argmax when
+    ``temperature`` is 0, else a draw from ``softmax(logits / temperature)``."""
+    if temperature == 0:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    return jax.random.categorical(key, logits / temperature).astype(jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    """What :meth:`Trainer.generate` returns."""
+
+    tokens: bytes  # the generated bytes
+    logits: np.ndarray  # float32 [len(tokens), 256]: the logits each byte was chosen from
+    seconds: float  # wall time of the generation (prefills and decode steps), after a warm-up
+    prefills: int  # 1 + the re-prefills when the context was full
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return len(self.tokens) / self.seconds if self.tokens and self.seconds > 0 else None
+
+
 @dataclasses.dataclass
 class Trainer:
     """Model and optimizer as one (graphdef, state) pair, with jitted steps."""
@@ -394,7 +570,7 @@ class Trainer:
 
     @classmethod
     def create(cls, cfg: Config) -> Trainer:
-        model = ByteLM(cfg, attention_fn_for(cfg), rngs=nnx.Rngs(cfg.seed))
+        model = ByteLM(cfg, attention_fns_for(cfg), rngs=nnx.Rngs(cfg.seed))
         optimizer = nnx.Optimizer(model, make_optimizer(cfg), wrt=nnx.Param)
         graphdef, state = nnx.split((model, optimizer))
         trainer = cls(cfg, graphdef, state)
@@ -414,13 +590,39 @@ class Trainer:
             model, _ = nnx.merge(graphdef, state)
             return loss_fn(model, batch)
 
-        def next_logits(state: Any, window: jax.Array, pos: jax.Array) -> jax.Array:
+        def prefill(
+            state: Any,
+            window: jax.Array,
+            lengths: jax.Array,
+            key: jax.Array,
+            step: jax.Array,
+            temperature: float,
+        ) -> tuple[jax.Array, jax.Array, tuple[KVCache, ...]]:
             model, _ = nnx.merge(graphdef, state)
-            return model(window[None])[0, pos]
+            logits, caches = model.prefill(window, lengths)
+            return choose_next(logits, jax.random.fold_in(key, step), temperature), logits, caches
+
+        def decode_step(
+            state: Any,
+            caches: tuple[KVCache, ...],
+            tokens: jax.Array,
+            cache_len: jax.Array,
+            key: jax.Array,
+            step: jax.Array,
+            temperature: float,
+        ) -> tuple[jax.Array, jax.Array, tuple[KVCache, ...]]:
+            model, _ = nnx.merge(graphdef, state)
+            logits, caches = model.decode(tokens, cache_len, caches)
+            return choose_next(logits, jax.random.fold_in(key, step), temperature), logits, caches
 
         self.step = jax.jit(step, donate_argnums=0)
         self.evaluate = jax.jit(evaluate)
-        self.next_logits = jax.jit(next_logits)
+        # (state, window int32 [batch, seq_len], lengths int32 [batch], key, step) ->
+        # (next bytes int32 [batch], logits float32 [batch, 256], caches)
+        self.prefill = jax.jit(prefill, static_argnames="temperature")
+        # (state, caches (donated), bytes int32 [batch] at positions cache_len int32 [batch],
+        # key, step) -> (next bytes, logits, caches with the bytes written at cache_len)
+        self.decode_step = jax.jit(decode_step, donate_argnums=1, static_argnames="temperature")
 
     def num_params(self) -> int:
         model, _ = nnx.merge(self.graphdef, self.state)
@@ -429,19 +631,72 @@ class Trainer:
     def eval_loss(self, batches: Sequence[Batch]) -> float:
         return float(np.mean([float(self.evaluate(self.state, b.as_tuple())) for b in batches]))
 
-    def sample(self, prompt: bytes, n: int, temperature: float = 0.8) -> bytes:
-        """Generates n bytes after prompt (a full forward per byte: simple, not fast)."""
+    def _prefill(
+        self, context: Sequence[int], key: jax.Array, step: int, temperature: float
+    ) -> tuple[jax.Array, jax.Array, tuple[KVCache, ...]]:
+        """Prefill of one sequence: ``context`` (1 to seq_len bytes) at positions 0, 1, ..."""
+        window = np.zeros((1, self.cfg.seq_len), np.int32)
+        window[0, : len(context)] = context
+        lengths = np.array([len(context)], np.int32)
+        return self.prefill(self.state, window, lengths, key, step, temperature=temperature)
+
+    def generate(self, prompt: bytes, n: int, temperature: float = 0.8) -> Generation:
+        """Generates n bytes after prompt with a KV cache: one prefill over the prompt's last
+        seq_len bytes, then one jitted decode step per byte (the cache donated and updated in
+        place). ``temperature`` 0 is greedy; otherwise the draws use the key ``seed + 1``.
+
+        The learned positions stop at seq_len - 1, so the cache holds at most seq_len bytes. When
+        a byte would not fit (the context full), the context restarts from its last
+        ``seq_len // 2`` bytes (at least 1): they are prefilled again at positions 0, 1, ...
+        Each byte is thus predicted from all bytes since the last restart, exactly what the full
+        forward over those bytes predicts.
+
+        The timing excludes compilation: a prefill and a decode step run first, untimed.
+        """
+        if not prompt:
+            raise ValueError("generate needs a prompt of at least one byte")
+        if n <= 0:
+            return Generation(b"", np.zeros((0, 256), np.float32), 0.0, 0)
         s = self.cfg.seq_len
-        out = list(prompt[-s:])
+        keep = max(1, s // 2)
+        context = list(prompt[-s:])  # the bytes prefilled last
         key = jax.random.key(self.cfg.seed + 1)
-        for _ in range(n):
-            ctx = out[-s:]
-            window = np.zeros(s, np.int32)
-            window[: len(ctx)] = ctx
-            logits = self.next_logits(self.state, window, len(ctx) - 1)
-            key, sub = jax.random.split(key)
-            out.append(int(jax.random.categorical(sub, logits / temperature)))
-        return bytes(out[len(prompt[-s:]) :])
+
+        # warm-up (compilation): a prefill and a decode step whose results are dropped
+        token, _, caches = self._prefill(context, key, 0, temperature)
+        if n > 1:
+            cache_len = np.array([min(len(context), s - 1)], np.int32)
+            args = (self.state, caches, token, cache_len, key, 0)
+            token, _, caches = self.decode_step(*args, temperature=temperature)
+        jax.block_until_ready(token)
+
+        start = time.perf_counter()
+        token, step_logits, caches = self._prefill(context, key, 0, temperature)
+        tokens, logits = [token], [step_logits]  # device arrays: no transfer (nor wait) per step
+        pending = [token]  # the bytes generated since the last prefill (the last one not fed)
+        length, prefills = len(context), 1  # length: the bytes in the cache
+        for step in range(1, n):
+            if length == s:  # the context full: restart from its last `keep` bytes
+                context = (context + [int(t[0]) for t in jax.device_get(pending)])[-keep:]
+                token, step_logits, caches = self._prefill(context, key, step, temperature)
+                length, pending, prefills = len(context), [], prefills + 1
+            else:  # feed the last byte at position `length`
+                cache_len = np.array([length], np.int32)
+                token, step_logits, caches = self.decode_step(
+                    self.state, caches, token, cache_len, key, step, temperature=temperature
+                )
+                length += 1
+            tokens.append(token)
+            logits.append(step_logits)
+            pending.append(token)
+        jax.block_until_ready(tokens)
+        seconds = time.perf_counter() - start
+        out = bytes(int(t[0]) for t in jax.device_get(tokens))
+        return Generation(out, np.concatenate(jax.device_get(logits)), seconds, prefills)
+
+    def sample(self, prompt: bytes, n: int, temperature: float = 0.8) -> bytes:
+        """Generates n bytes after prompt (:meth:`generate`, with a KV cache)."""
+        return self.generate(prompt, n, temperature).tokens
 
 
 def _checkpoint_manager(directory: pathlib.Path) -> ocp.CheckpointManager:
@@ -572,9 +827,8 @@ def train(cfg: Config, out: pathlib.Path, corpus: Corpus | None = None, resume: 
     mngr.close()
 
     tokens_per_s = timed_steps * tokens_per_step / train_seconds if train_seconds > 0 else None
-    sample = ""
-    if cfg.sample_bytes:
-        sample = trainer.sample(b"import os\n\ndef ", cfg.sample_bytes).decode("utf-8", "replace")
+    generation = trainer.generate(SAMPLE_PROMPT, cfg.sample_bytes)
+    sample = generation.tokens.decode("utf-8", "replace")
     metrics = {
         "config": dataclasses.asdict(cfg),
         "compute_dtype": cfg.compute_dtype().name,
@@ -603,6 +857,18 @@ def train(cfg: Config, out: pathlib.Path, corpus: Corpus | None = None, resume: 
         "train_seconds": train_seconds,
         "compile_seconds": compile_seconds,
         "sample": sample,
+        "generate_tokens_per_s": generation.tokens_per_s,
+        "generate": {
+            "method": "KV cache: one prefill, then one jitted decode step per byte; when the "
+            "context is full, a re-prefill of its last seq_len // 2 bytes",
+            "prompt": SAMPLE_PROMPT.decode(),
+            "tokens": len(generation.tokens),
+            "batch": 1,
+            "temperature": 0.8,
+            "seconds": generation.seconds,
+            "prefills": generation.prefills,
+            "tokens_per_s": generation.tokens_per_s,
+        },
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
     plot_losses({cfg.attention: metrics}, out / "loss.png")
@@ -615,7 +881,12 @@ def train(cfg: Config, out: pathlib.Path, corpus: Corpus | None = None, resume: 
         flush=True,
     )
     if sample:
-        print(f"[{cfg.attention}] sample after 'import os\\n\\ndef ': {sample!r}", flush=True)
+        gen_tps = f"{generation.tokens_per_s:,.0f}" if generation.tokens_per_s else "n/a"
+        print(
+            f"[{cfg.attention}] sample after {SAMPLE_PROMPT.decode()!r}: {sample!r}; generated "
+            f"tokens/s {gen_tps} (KV-cache decode, batch 1, excluding compilation)",
+            flush=True,
+        )
     print(f"[{cfg.attention}] wrote {out / 'loss.png'}, {out / 'metrics.json'}", flush=True)
     return metrics
 
@@ -702,16 +973,23 @@ def compare(cfg: Config, out: pathlib.Path, resume: bool = False) -> dict:
         summary["tokens_per_s"] = {k: runs[k]["tokens_per_s"] for k in ATTENTIONS}
         fa4, ref = summary["tokens_per_s"]["jax_fa4"], summary["tokens_per_s"]["jax_nn"]
         summary["speedup_jax_fa4_over_jax_nn"] = fa4 / ref if fa4 and ref else None
+        summary["generate_tokens_per_s"] = {k: runs[k]["generate_tokens_per_s"] for k in ATTENTIONS}
     (out / "compare.json").write_text(json.dumps(summary, indent=1))
     plot_losses(runs, out / "compare.png")
-    print("\n| attention | final train loss | held-out loss | tokens/s |")
-    print("|---|---|---|---|")
+    print(
+        "\n| attention | final train loss | held-out loss | training tokens/s "
+        "| generated tokens/s (KV cache, batch 1) |"
+    )
+    print("|---|---|---|---|---|")
     for name, m in runs.items():
         if "error" in m:
-            print(f"| {name} | failed: {m['error'][:60]} | | |")
+            print(f"| {name} | failed: {m['error'][:60]} | | | |")
             continue
         tps = f"{m['tokens_per_s']:,.0f}" if m["tokens_per_s"] else "n/a"
-        print(f"| {name} | {m['train_loss'][-1]:.4f} | {m['final_eval_loss']:.4f} | {tps} |")
+        gen = m["generate_tokens_per_s"]
+        gen_tps = f"{gen:,.0f}" if gen else "n/a"
+        row = f"{m['train_loss'][-1]:.4f} | {m['final_eval_loss']:.4f} | {tps} | {gen_tps}"
+        print(f"| {name} | {row} |")
     if "max_abs_train_loss_diff" in summary:
         print(f"max |train loss difference| over steps: {summary['max_abs_train_loss_diff']:.3g}")
     print(f"wrote {out / 'compare.png'}, {out / 'compare.json'}", flush=True)

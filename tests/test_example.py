@@ -1,5 +1,5 @@
 """examples/train_byte_lm.py at CI size (--tiny, CPU): both attentions, checkpoints, resume; the
-packing of several files per row with segment ids."""
+packing of several files per row with segment ids; KV-cache decoding against the full forward."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ def test_tiny_compare(tmp_path):
     out = tmp_path / "cmp"
     stdout = run_example("--tiny", "--compare", "--out", str(out), cwd=tmp_path)
     assert "tokens/s" in stdout and "| jax_fa4 |" in stdout and "| jax_nn |" in stdout
+    assert "generated tokens/s" in stdout
     assert "packed sequences:" in stdout and "segment ids" in stdout
     summary = json.loads((out / "compare.json").read_text())
     for name in ("jax_fa4", "jax_nn"):
@@ -57,6 +58,8 @@ def test_tiny_compare(tmp_path):
         assert losses[0] > 5.0 and losses[-5:].mean() < 4.0  # ln(256) = 5.55 at the start
         assert [step for step, _ in run["eval"]] == [10, 20, 30, 40]
         assert run["tokens_per_s"] > 0
+        assert run["generate_tokens_per_s"] > 0 and run["generate"]["tokens"] == 48
+        assert run["sample"] and run["generate"]["prefills"] == 1
         assert (out / name / "loss.png").read_bytes()[:8] == PNG_MAGIC
         assert sorted(p.name for p in (out / name / "checkpoints").iterdir()) == ["20", "40"]
     # same initial weights, same batches, attention equal to float32 rounding
@@ -117,7 +120,7 @@ def test_loss_skips_predictions_across_documents():
 
     tbl = _load_example()
     cfg = tbl.Config(**{**tbl.TINY, "seq_len": 16, "num_layers": 1}, progress=False)
-    model = tbl.ByteLM(cfg, tbl.attention_fn_for(cfg), rngs=nnx.Rngs(0))
+    model = tbl.ByteLM(cfg, tbl.attention_fns_for(cfg), rngs=nnx.Rngs(0))
     ids = np.array([[1] * 9 + [2] + [3] * 7], np.int32)
     pos = np.concatenate([np.arange(9), [0], np.arange(7)])[None].astype(np.int32)
     tokens = np.arange(17, dtype=np.int32)[None] + 60
@@ -125,3 +128,81 @@ def test_loss_skips_predictions_across_documents():
     other[0, 9] = 200
     losses = [float(tbl.loss_fn(model, (jnp.asarray(t), ids, pos))) for t in (tokens, other)]
     assert np.isfinite(losses[0]) and losses[0] == losses[1]
+
+
+def _tiny_decode_cfg(tbl, attention: str):
+    """Two layers, two heads of dim 16, a window of 16 bytes (random weights)."""
+    return tbl.Config(
+        attention=attention, seq_len=16, d_model=32, num_heads=2, num_layers=2, progress=False
+    )
+
+
+@pytest.mark.parametrize(
+    "attention, temperature",
+    [("jax_fa4", 0.0), ("jax_nn", 1.0), pytest.param("jax_fa4", 1.0, marks=pytest.mark.slow)],
+)
+def test_kv_cache_generation_matches_full_forward(attention, temperature):
+    """Every byte Trainer.generate produces (prefill, jitted decode steps, re-prefills when the
+    16-byte context is full) comes from the logits that the full forward over its context gives:
+    the bytes since the last restart, which keeps the last 8 when a 17th would not fit."""
+    import jax
+    from flax import nnx
+
+    tbl = _load_example()
+    cfg = _tiny_decode_cfg(tbl, attention)
+    trainer = tbl.Trainer.create(cfg)
+    model, _ = nnx.merge(trainer.graphdef, trainer.state)
+    s, keep = cfg.seq_len, cfg.seq_len // 2
+
+    @jax.jit
+    def full_forward_last(window, last):  # window int32 [1, s]: the context, then padding
+        return model(window)[0, last]
+
+    for prompt in (b"import os", bytes(range(40, 40 + 2 * s + 3))):  # short; longer than s
+        gen = trainer.generate(prompt, 40, temperature)
+        assert len(gen.tokens) == 40 and gen.logits.shape == (40, 256)
+        assert gen.prefills >= 3  # the context-full boundary crossed at least twice
+        context, want = list(prompt[-s:]), []
+        for byte in gen.tokens:
+            window = np.zeros((1, s), np.int32)
+            window[0, : len(context)] = context
+            want.append(np.asarray(full_forward_last(window, len(context) - 1)))
+            context.append(byte)
+            if len(context) > s:
+                context = context[-keep:]
+        np.testing.assert_allclose(gen.logits, np.stack(want), rtol=1e-4, atol=1e-4)
+        if temperature == 0:
+            assert list(gen.tokens) == np.argmax(gen.logits, axis=-1).tolist()
+
+
+def test_decode_rows_with_different_cache_lengths():
+    """ByteLM.prefill and .decode with two rows of different lengths (3 and 9 prompt bytes):
+    each row's cache is written at its own length and each query sees only its own row's
+    keys below its length; the logits match the full forward of each row alone."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    tbl = _load_example()
+    cfg = _tiny_decode_cfg(tbl, "jax_fa4")
+    model = tbl.ByteLM(cfg, tbl.attention_fns_for(cfg), rngs=nnx.Rngs(3))
+    rng = np.random.default_rng(0)
+    rows = [rng.integers(0, 256, n).tolist() for n in (3, 9)]
+    fed = rng.integers(0, 256, (4, 2)).astype(np.int32)  # 4 decode steps, one byte per row
+    window = np.zeros((2, cfg.seq_len), np.int32)
+    for b, row in enumerate(rows):
+        window[b, : len(row)] = row
+    lengths = np.array([len(r) for r in rows], np.int32)
+    logits, caches = jax.jit(model.prefill)(jnp.asarray(window), jnp.asarray(lengths))
+    got = [np.asarray(logits)]
+    decode = jax.jit(model.decode)
+    for step in range(len(fed)):
+        logits, caches = decode(jnp.asarray(fed[step]), jnp.asarray(lengths + step), caches)
+        got.append(np.asarray(logits))
+    full_window = window.copy()  # each row's prompt and fed bytes (then padding: causal)
+    for b, row in enumerate(rows):
+        full_window[b, len(row) : len(row) + len(fed)] = fed[:, b]
+    full = np.asarray(jax.jit(model)(jnp.asarray(full_window)))  # [2, seq_len, 256]
+    for b, row in enumerate(rows):
+        want = full[b, len(row) - 1 : len(row) + len(fed)]  # [5, 256]
+        np.testing.assert_allclose(np.stack(got)[:, b], want, rtol=1e-4, atol=1e-4)
