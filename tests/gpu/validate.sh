@@ -116,6 +116,14 @@ if has sanitize; then
       grep -m3 -E "^========= (Invalid|Race|Barrier|Error)" "$OUT/sanitize_${tool}_$h.txt" | tee -a "$S"
     done
   done
+  # The decode path (split-KV kernel and combine): its cases are not part of --quick.
+  for tool in memcheck racecheck; do
+    [ "$(left)" -gt 40 ] || { stamp "sanitize: out of time before $tool decode"; break; }
+    timeout "$(cap ${SANITIZE_CAP:-80} 20)" compute-sanitizer --tool $tool --error-exitcode 9 $H/fwd_check --decode-only \
+      > "$OUT/sanitize_${tool}_decode.txt" 2>&1
+    stamp "compute-sanitizer $tool fwd harness --decode-only rc=$? $(grep -E 'cases passed' "$OUT/sanitize_${tool}_decode.txt" | tail -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_${tool}_decode.txt" | tail -1)"
+    grep -m3 -E "^========= (Invalid|Race|Barrier|Error)" "$OUT/sanitize_${tool}_decode.txt" | tee -a "$S"
+  done
 fi
 
 if has bench; then

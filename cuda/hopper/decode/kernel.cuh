@@ -29,19 +29,21 @@
 
 namespace fa4::hopper {
 
-// One head dim's decode geometry; every size and offset derives from it.
-template <int HeadDim>
+// One decode configuration's geometry (head dim, rows per CTA); every size and offset derives
+// from it.
+template <int HeadDim, int Rows>
 struct DecodeTile {
   static constexpr int head_dim() { return HeadDim; }
   static constexpr int block_n() { return kDecodeBlockN; }
   static constexpr int consumer_warps() { return 4; }
   static constexpr int keys_per_warp() { return block_n() / consumer_warps(); }  // 16: one k step of P V
-  static constexpr int rows() { return decode_rows_per_cta(HeadDim); }
+  static constexpr int rows() { return Rows; }
   static constexpr int m_tiles() { return rows() / 16; }
   static constexpr int threads() { return 32 * (consumer_warps() + 1); }
   static constexpr int chunks() { return HeadDim / 64; }
-  // Stages of K + V: about 96 KB of loads in flight per CTA (two CTAs per SM up to head dim 128).
-  static constexpr int stages() { return HeadDim == 64 ? 6 : HeadDim == 128 ? 3 : 2; }
+  static constexpr int ctas_per_sm() { return decode_ctas_per_sm(HeadDim, Rows); }
+  // Stages of K + V: about 192 KB of loads in flight per SM, split between its CTAs.
+  static constexpr int stages() { return int(196608 / ctas_per_sm() / (2 * kv_tile_bytes())); }
   static constexpr uint32_t chunk_bytes_q() { return uint32_t(rows()) * 128; }
   static constexpr uint32_t chunk_bytes_kv() { return uint32_t(block_n()) * 128; }
   static constexpr uint32_t q_bytes() { return chunk_bytes_q() * chunks(); }
@@ -61,6 +63,8 @@ struct DecodeTile {
   static_assert(rows() % 16 == 0 && rows() <= kDecodeMaxRows, "rows are whole m16 tiles");
   static_assert(merge_bytes() <= barrier_offset() - k_offset(0), "the merge fits in the stages");
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
+  static_assert(smem_bytes() * ctas_per_sm() <= 233472, "the resident CTAs fit in an SM's shared memory");
+  static_assert(stages() >= 2, "at least two stages in flight");
 };
 
 struct DecodeArgs {
@@ -111,7 +115,7 @@ __device__ __forceinline__ float decode_finish_row(float lse2, const float* sink
 }
 
 template <class T, class Cfg>
-__global__ void __launch_bounds__(Cfg::threads(), 1)
+__global__ void __launch_bounds__(Cfg::threads(), Cfg::ctas_per_sm())
     decode_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
                   const DecodeArgs a) {
   constexpr int D = Cfg::head_dim(), MT = Cfg::m_tiles(), RPC = Cfg::rows(), S = Cfg::stages();
@@ -206,7 +210,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
 
     // Keys no row of the tile sees (past the cache length, before the window) hold anything,
     // NaN included: their V rows are zeroed before P V so that 0 * NaN never reaches an output.
-    if (key0 < range.lo || key0 + Cfg::keys_per_warp() > range.hi) {
+    const bool edge = key0 < range.lo || key0 + Cfg::keys_per_warp() > range.hi;  // warp-uniform
+    if (edge) {
       for (int u = lane; u < Cfg::keys_per_warp() * (D / 8); u += 32) {
         const int k = u / (D / 8), col = (u % (D / 8)) * 8;
         const int j = key0 + k;
@@ -299,7 +304,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     }
     // The zeroing above wrote the stage through the generic proxy; the next TMA fill of it is an
     // async-proxy write, ordered after them by this fence and the release below.
-    fence_proxy_async_smem();
+    if (edge) fence_proxy_async_smem();
     __syncwarp();
     if (lane == 0) mbarrier_arrive(&empty[s]);
   }

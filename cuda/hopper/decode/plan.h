@@ -14,53 +14,85 @@
 
 namespace fa4::hopper {
 
-// Rows (packed query heads x positions) one decode CTA holds: 16 per m16 MMA row tile, as many
-// tiles as keep the float32 output accumulator within 128 registers per thread.
-constexpr int decode_rows_per_cta(int64_t head_dim) { return head_dim == 64 ? 64 : head_dim == 128 ? 32 : 16; }
+// Rows (packed query heads x positions) one decode CTA holds: 16 per m16 MMA row tile. A pair
+// with at most 16 rows takes one tile; more rows take as many tiles as keep the float32 output
+// accumulator within 128 registers per thread (the most the head dim allows).
+constexpr int decode_max_rows_per_cta(int64_t head_dim) { return head_dim == 64 ? 64 : head_dim == 128 ? 32 : 16; }
+constexpr int decode_rows_per_cta(int64_t head_dim, int64_t rows) {
+  return rows <= 16 ? 16 : decode_max_rows_per_cta(head_dim);
+}
+// Resident CTAs per SM: two when the output accumulator (rows / 16 x head_dim / 2 float32
+// registers per thread) is at most 64 registers, so that each SM streams from two CTAs; one
+// otherwise (it then holds twice the stages).
+constexpr int decode_ctas_per_sm(int64_t head_dim, int rows_per_cta) {
+  return rows_per_cta / 16 * head_dim / 2 <= 64 ? 2 : 1;
+}
 
 // Keys per pipeline stage (each of the four consumer warps takes 16 of them).
 constexpr int kDecodeBlockN = 64;
 // The most packed rows a (batch, kv head) pair may have for the decode path: beyond that the query
 // tiles fill the GPU and the training forward's tensor-core tiles are the better kernel.
 constexpr int kDecodeMaxRows = 64;
-// CTAs the split count aims at: about four waves of two CTAs per SM on a 132-SM H100 / H200.
-constexpr int64_t kDecodeTargetCtas = 1056;
-// No split is cut shorter than this many keys (the per-CTA prologue and the combine amortised).
-constexpr int64_t kDecodeMinSplitKeys = 512;
+// SMs the split count plans for (H100 SXM and H200). The plan is a function of the static shape
+// alone (the workspace size is fixed at lowering); on a GPU with other counts only the balance of
+// the waves changes.
+constexpr int64_t kDecodeSms = 132;
+// No split is cut shorter than this many key blocks (the per-CTA prologue and the combine amortised).
+constexpr int64_t kDecodeMinSplitBlocks = 8;
 constexpr int64_t kDecodeMaxSplits = 256;
 // (batch, head) pairs from which a problem without GQA runs the one-tile forward instead.
 constexpr int64_t kDecodeMhaTrainingPairs = 128;
 
+// The split count of `pairs` CTA rows over `blocks` key blocks each: the one that finishes first
+// when every CTA streams at the same rate, i.e. the fewest (waves of `slots` CTAs) x (blocks per
+// split + one block of prologue); ties go to fewer splits (less combine work).
+constexpr int64_t decode_split_count(int64_t pairs, int64_t blocks, int64_t slots) {
+  int64_t most = blocks / kDecodeMinSplitBlocks;
+  if (most > kDecodeMaxSplits) most = kDecodeMaxSplits;
+  if (most < 1) most = 1;
+  int64_t best = 1, best_cost = -1;
+  for (int64_t s = 1; s <= most; ++s) {
+    const int64_t waves = (pairs * s + slots - 1) / slots;
+    const int64_t cost = waves * ((blocks + s - 1) / s + 1);
+    if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
+  }
+  return best;
+}
+
 struct DecodePlan {
   bool use = false;
   int rows = 0;          // packed rows of one (batch, kv head) pair: group * seq_q
-  int rows_per_cta = 0;  // decode_rows_per_cta(head_dim)
+  int rows_per_cta = 0;  // decode_rows_per_cta(head_dim, rows)
   int row_tiles = 0;     // ceil(rows / rows_per_cta)
   int splits = 0;        // CTAs over one pair's key range
 };
 
-inline DecodePlan decode_plan(int64_t batch, int64_t seq_q, int64_t seq_k, int64_t heads_q, int64_t heads_kv,
-                              int64_t head_dim) {
+// The decode kernel's cut of a problem it can run (use = false when it cannot: more than
+// kDecodeMaxRows rows per pair, another head dim), whichever kernel is faster for it.
+inline DecodePlan decode_tiling(int64_t batch, int64_t seq_q, int64_t seq_k, int64_t heads_q, int64_t heads_kv,
+                                int64_t head_dim) {
   DecodePlan plan;
   if (batch <= 0 || seq_q <= 0 || seq_k <= 0 || heads_kv <= 0 || heads_q % heads_kv != 0) return plan;
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) return plan;
   const int64_t rows = heads_q / heads_kv * seq_q;
   if (rows > kDecodeMaxRows) return plan;
-  // Without GQA the one-tile forward reads K and V once per query head anyway, and with a CTA per
-  // SM or more it streams faster than this kernel (H200, bf16, hd128, one query against 32,768
-  // keys, batch 8 x 16 heads: 4,105 GB/s against 3,197).
-  if (heads_q == heads_kv && batch * heads_q >= kDecodeMhaTrainingPairs) return plan;
   plan.use = true;
   plan.rows = int(rows);
-  plan.rows_per_cta = decode_rows_per_cta(head_dim);
+  plan.rows_per_cta = decode_rows_per_cta(head_dim, rows);
   plan.row_tiles = int((rows + plan.rows_per_cta - 1) / plan.rows_per_cta);
   const int64_t pairs = batch * heads_kv * plan.row_tiles;
-  int64_t splits = (kDecodeTargetCtas + pairs / 2) / pairs;
-  const int64_t by_keys = seq_k / kDecodeMinSplitKeys;
-  if (splits > by_keys) splits = by_keys;
-  if (splits > kDecodeMaxSplits) splits = kDecodeMaxSplits;
-  plan.splits = int(splits < 1 ? 1 : splits);
+  const int64_t blocks = (seq_k + kDecodeBlockN - 1) / kDecodeBlockN;
+  plan.splits = int(decode_split_count(pairs, blocks, kDecodeSms * decode_ctas_per_sm(head_dim, plan.rows_per_cta)));
   return plan;
+}
+
+// The library's choice: the decode kernel where decode_tiling allows it, except problems without
+// GQA with enough (batch, head) pairs to fill the GPU, which the one-tile forward streams (it reads
+// K and V once per query head as this kernel would).
+inline DecodePlan decode_plan(int64_t batch, int64_t seq_q, int64_t seq_k, int64_t heads_q, int64_t heads_kv,
+                              int64_t head_dim) {
+  if (heads_q == heads_kv && batch * heads_q >= kDecodeMhaTrainingPairs) return DecodePlan{};
+  return decode_tiling(batch, seq_q, seq_k, heads_q, heads_kv, head_dim);
 }
 
 // Each workspace sub-buffer starts on this boundary; the slack moves an unaligned base up.

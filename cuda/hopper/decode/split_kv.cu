@@ -16,9 +16,9 @@ namespace fa4::hopper {
 
 namespace {
 
-template <class T, int D>
+template <class T, int D, int Rows>
 std::string launch_decode_typed(const FwdProblem& p, const DecodePlan& plan, cudaStream_t stream) {
-  using Cfg = DecodeTile<D>;
+  using Cfg = DecodeTile<D, Rows>;
   if (plan.rows_per_cta != Cfg::rows()) return "decode plan and configuration disagree on the rows per CTA";
   const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   CUtensorMap tk, tv;
@@ -77,10 +77,14 @@ std::string launch_decode_typed(const FwdProblem& p, const DecodePlan& plan, cud
 
 template <class T>
 std::string launch_decode_dtype(const FwdProblem& p, const DecodePlan& plan, cudaStream_t stream) {
+  // The configurations: one 16-row tile (most decode shapes: a GQA group of up to 16 heads at one
+  // position) or the head dim's largest tile (decode_rows_per_cta).
+  const bool one_tile = plan.rows_per_cta == 16;
   switch (p.head_dim) {
-    case 64: return launch_decode_typed<T, 64>(p, plan, stream);
-    case 128: return launch_decode_typed<T, 128>(p, plan, stream);
-    default: return launch_decode_typed<T, 256>(p, plan, stream);
+    case 64: return one_tile ? launch_decode_typed<T, 64, 16>(p, plan, stream) : launch_decode_typed<T, 64, 64>(p, plan, stream);
+    case 128:
+      return one_tile ? launch_decode_typed<T, 128, 16>(p, plan, stream) : launch_decode_typed<T, 128, 32>(p, plan, stream);
+    default: return launch_decode_typed<T, 256, 16>(p, plan, stream);
   }
 }
 

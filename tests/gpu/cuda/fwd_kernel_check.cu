@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "hopper/decode/launch.h"
 #include "hopper/decode/plan.h"
 #include "hopper/fwd/config.cuh"
 #include "hopper/fwd/launch.h"
@@ -524,18 +525,21 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Runner*>
   }
 }
 
-// Kernel-only bandwidth of decode shapes (bf16, head dim 128, causal, key_value_seq_lengths =
-// seq_k as the public decode call passes them): bytes of q, k, v and o moved once / time, the
-// library's path (the decode kernel where its plan says so) beside the one-tile hd128 kernel.
+// Kernel-only bandwidth of decode shapes (bf16, causal, key_value_seq_lengths = seq_k as the
+// public decode call passes them): bytes of q, k, v and o moved once / time, for the library's
+// path (launch_fwd), the decode kernel with its own cut (decode_tiling, also where the library
+// prefers another kernel) and the one-tile configuration of the head dim.
 static void decode_bench() {
-  struct Cell { int b, sq, sk, hq, hkv; };
-  const Cell cells[] = {{16, 1, 8192, 32, 8}, {64, 1, 4096, 32, 8}, {1, 1, 131072, 32, 8}, {8, 1, 32768, 16, 16},
-                        {16, 4, 8192, 32, 8}, {16, 16, 8192, 32, 8}, {16, 1, 1024, 32, 8}};
+  struct Cell { int b, sq, sk, hq, hkv, d; };
+  const Cell cells[] = {{16, 1, 8192, 32, 8, 128}, {64, 1, 4096, 32, 8, 128}, {1, 1, 131072, 32, 8, 128},
+                        {8, 1, 32768, 16, 16, 128}, {16, 4, 8192, 32, 8, 128}, {16, 16, 8192, 32, 8, 128},
+                        {16, 1, 1024, 32, 8, 128},  {16, 1, 8192, 32, 8, 64},   {16, 1, 8192, 32, 8, 256},
+                        {4, 8, 16384, 32, 8, 64}};
   std::printf("\ndecode bandwidth (GB/s, kernel only, chains of 20, median of 3)\n");
-  std::printf("%4s %4s %7s %4s %4s %8s %10s %10s %10s\n", "b", "sq", "sk", "hq", "hkv", "splits", "us", "library",
-              "hd128");
+  std::printf("%4s %4s %7s %4s %4s %4s %6s %5s %10s %10s %10s %10s\n", "b", "sq", "sk", "hq", "hkv", "d", "splits",
+              "rows", "us", "library", "decode", "one-tile");
   for (const Cell& c : cells) {
-    const int d = 128;
+    const int d = c.d;
     const size_t nq = size_t(c.b) * c.sq * c.hq * d, nk = size_t(c.b) * c.sk * c.hkv * d;
     void *q, *k, *v, *o, *ws = nullptr;
     float* lse;
@@ -566,15 +570,22 @@ static void decode_bench() {
                                                   1.f / std::sqrt(float(d)), true};
     p.variant.kv_lengths = lens;
     p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
-    p.workspace_bytes = fa4::hopper::fwd_workspace_bytes(c.b, c.sq, c.sk, c.hq, c.hkv, d);
-    if (p.workspace_bytes) CHECK_CUDA(cudaMalloc(&ws, p.workspace_bytes));
+    const auto tiling = fa4::hopper::decode_tiling(c.b, c.sq, c.sk, c.hq, c.hkv, d);
+    const size_t ws_bytes = std::max(fa4::hopper::fwd_workspace_bytes(c.b, c.sq, c.sk, c.hq, c.hkv, d),
+                                     fa4::hopper::decode_workspace_bytes(tiling, c.b, c.hkv, d));
+    if (ws_bytes) CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
     p.workspace = ws;
-    const auto plan = fa4::hopper::decode_plan(c.b, c.sq, c.sk, c.hq, c.hkv, d);
+    p.workspace_bytes = ws_bytes;
     const double bytes = 2.0 * (nq * 2) + 2.0 * (nk * 2);
-    double us[2] = {0, 0};
-    for (int which = 0; which < 2; ++which) {
-      auto launch = [&] {
-        return which == 0 ? fa4::hopper::launch_fwd(p, 0) : fa4::hopper::launch_fwd_config<fa4::hopper::FwdHd128>(p, 0);
+    double us[3] = {0, 0, 0};
+    for (int which = 0; which < 3; ++which) {
+      if (which == 1 && !tiling.use) continue;
+      auto launch = [&]() -> std::string {
+        if (which == 0) return fa4::hopper::launch_fwd(p, 0);
+        if (which == 1) return fa4::hopper::launch_decode(p, tiling, 0);
+        if (d == 64) return fa4::hopper::launch_fwd_config<fa4::hopper::FwdHd64>(p, 0);
+        if (d == 128) return fa4::hopper::launch_fwd_config<fa4::hopper::FwdHd128>(p, 0);
+        return fa4::hopper::launch_fwd_config<fa4::hopper::FwdHd256>(p, 0);
       };
       std::string err = launch();
       if (!err.empty()) {
@@ -600,8 +611,10 @@ static void decode_bench() {
       cudaEventDestroy(e0);
       cudaEventDestroy(e1);
     }
-    std::printf("%4d %4d %7d %4d %4d %8d %10.1f %10.0f %10.0f\n", c.b, c.sq, c.sk, c.hq, c.hkv,
-                plan.use ? plan.splits : 0, us[0], bytes / us[0] / 1e3, bytes / us[1] / 1e3);
+    auto gbps = [&](double t) { return t > 0 ? bytes / t / 1e3 : 0.0; };
+    std::printf("%4d %4d %7d %4d %4d %4d %6d %5d %10.1f %10.0f %10.0f %10.0f\n", c.b, c.sq, c.sk, c.hq, c.hkv, d,
+                tiling.use ? tiling.splits : 0, tiling.use ? tiling.rows_per_cta : 0, us[0], gbps(us[0]), gbps(us[1]),
+                gbps(us[2]));
     std::fflush(stdout);
     cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse); cudaFree(lens);
     if (ws) cudaFree(ws);
@@ -838,6 +851,10 @@ int main(int argc, char** argv) {
         {6, 4, 1000, 6, 3, 0, true, true, 0.f, var_of(64, 0, 1, 0, 20.f, true)},
         {2, 3, 900, 4, 2, 0, true, false, 0.f, var_of(kUnb, kUnb, 0, 1, 0.f, false)},
         {6, 1, 5000, 2, 2, 0, true, true, 0.f, var_of(1000, 0, 2, 0, 0.f, true)},
+        // More than 16 rows: the head dim's larger tile (24 rows: one partial tile at hd64 / hd128;
+        // 40 rows: two tiles at hd128, three at hd256).
+        {3, 3, 2500, 8, 1, 0, true, true, 0.f, var_of(kUnb, kUnb, 2, 0, 0.f, false)},
+        {6, 10, 1800, 8, 2, 0, true, true, 0.f, var_of(kUnb, kUnb, 2, 0, 0.f, true)},
     };
     std::vector<const Runner*> library = {&kRunners[0]};
     uint64_t seed = 5000;
