@@ -6,7 +6,8 @@ sampling loop calls it): the four of the decode issue, (batch, seq_k, heads q / 
 at seq_q 4 and 16 (speculative decoding, chunked prefill) and (16, 1024, 32/8). Bandwidth = the
 bytes of q, k, v and o moved once / forward time. Implementations: ``jax_fa4``
 (``key_value_seq_lengths``), ``cudnn`` (``jax.nn.dot_product_attention(...,
-key_value_seq_lengths=..., implementation="cudnn")``), ``fa3`` (the FA3 binding, no lengths: the
+key_value_seq_lengths=..., implementation="cudnn")``, without ``is_causal``, which jax.nn aligns
+top-left), ``fa3`` (the FA3 binding, no lengths: the
 whole cache), ``xla`` (``jax.nn.dot_product_attention(..., implementation="xla")``). Timing as
 bench_attention.py: chains of calls in one jit, the median of repeats.
 
@@ -58,18 +59,12 @@ def make_impl(
             q, k, v, causal=True, key_value_seq_lengths=lengths
         )
     if impl in ("cudnn", "xla"):
-        q_lengths = jnp.full_like(lengths, 0)
-
+        # jax.nn's is_causal is aligned top-left (query 0 sees key 0 only), not to the end of the
+        # cache: the cache length alone is the decode mask (exact for seq_q 1; for seq_q > 1 the
+        # query rows see the whole cache, the same keys read).
         def nn(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
-            ql = q_lengths + q.shape[1]
             return jax.nn.dot_product_attention(
-                q,
-                k,
-                v,
-                is_causal=True,
-                query_seq_lengths=ql,
-                key_value_seq_lengths=lengths,
-                implementation=impl,
+                q, k, v, key_value_seq_lengths=lengths, implementation=impl
             )
 
         return nn
