@@ -10,7 +10,8 @@
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS (only when named in STAGES)
 #   variants  benchmarks/bench_variants.py $VARIANTS_ARGS (only when named in STAGES; the peers
 #             from ../shared/peers when .peers/bin/env.sh is there, tokamax from .whl)
-# HARNESS_PREBUILT names a folder holding fwd_check and bwd_check built with NVCC_FLAGS below (the
+# HARNESS_PREBUILT names a folder holding fwd_check and bwd_check (and bwd_check_race, the racecheck
+# build with -DFA4_BWD_RELEASE_EVERY_THREAD=1) built with NVCC_FLAGS below (the
 # harness build is then skipped). TESTS_CAP (default 420 s) bounds the pytest stage; TESTS_ARGS (default tests/gpu) picks what it runs, so
 # a run can be split over two device calls (tests/gpu took 440 s with 16 workers on the H200, and
 # about twice that with 8: the fuzz's float64 oracle is CPU-bound). STAGES (default "install harness tests
@@ -47,12 +48,12 @@ build_harness() {
   local f pids=()
   nvcc $NVCC_FLAGS -c cuda/hopper/common/tensor_map.cu -o $H/tensor_map.o & pids+=($!)
   for f in $FWD_SRCS; do nvcc $NVCC_FLAGS -c $f -o $H/fwd/$(basename $f .cu).o 2> $H/fwd/$(basename $f .cu).log & pids+=($!); done
-  for f in $BWD_SRCS; do nvcc $NVCC_FLAGS -c $f -o $H/bwd/$(basename $f .cu).o 2> $H/bwd/$(basename $f .cu).log & pids+=($!); done
-  # The racecheck build of the backward (docs/hopper-kernels.md A.6, the lse / delta report): every
-  # consumer thread arrives on the stage's empty barrier itself, so racecheck sees each read
-  # ordered before the refill in one thread's program order.
+  # bwd_race: the racecheck build of the backward (docs/hopper-kernels.md A.6, the lse / delta
+  # report): every consumer thread arrives on the stage's empty barrier itself, so racecheck sees
+  # each read ordered before the refill in one thread's program order.
   mkdir -p $H/bwd_race
   for f in $BWD_SRCS; do
+    nvcc $NVCC_FLAGS -c $f -o $H/bwd/$(basename $f .cu).o 2> $H/bwd/$(basename $f .cu).log & pids+=($!)
     nvcc $NVCC_FLAGS -DFA4_BWD_RELEASE_EVERY_THREAD=1 -c $f -o $H/bwd_race/$(basename $f .cu).o 2> $H/bwd_race/$(basename $f .cu).log & pids+=($!)
   done
   for f in "${pids[@]}"; do wait $f; done
@@ -116,6 +117,12 @@ if has tests; then
 fi
 
 if has sanitize; then
+  sanitize() {  # tool, log name, harness binary, its arguments...
+    local tool=$1 name=$2 log="$OUT/sanitize_$1_$2.txt"; shift 2
+    timeout "$(cap ${SANITIZE_CAP:-200} 20)" compute-sanitizer --tool $tool --error-exitcode 9 "$@" > "$log" 2>&1
+    stamp "compute-sanitizer $tool $* rc=$? $(grep -E '(cases|runs) passed' "$log" | tail -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
+    grep -m3 -E "^========= (Invalid|Race|Barrier|Error)" "$log" | tee -a "$S"
+  }
   for tool in memcheck racecheck synccheck initcheck; do
     for h in fwd bwd; do
       [ "$(left)" -gt 40 ] || { stamp "sanitize: out of time before $tool $h"; break 2; }
@@ -123,19 +130,13 @@ if has sanitize; then
       # racecheck of the backward: the racecheck build (above), whose only difference is who
       # arrives on the empty barriers; the shipped build's report is a known tool artefact (A.6).
       [ "$tool/$h" = racecheck/bwd ] && [ -x $H/bwd_check_race ] && bin=$H/bwd_check_race
-      timeout "$(cap ${SANITIZE_CAP:-200} 20)" compute-sanitizer --tool $tool --error-exitcode 9 $bin --quick \
-        > "$OUT/sanitize_${tool}_$h.txt" 2>&1
-      stamp "compute-sanitizer $tool $h harness --quick rc=$? $(grep -E '(cases|runs) passed' "$OUT/sanitize_${tool}_$h.txt" | tail -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_${tool}_$h.txt" | tail -1)"
-      grep -m3 -E "^========= (Invalid|Race|Barrier|Error)" "$OUT/sanitize_${tool}_$h.txt" | tee -a "$S"
+      sanitize $tool $h $bin --quick
     done
   done
   # The decode path (split-KV kernel and combine): its cases are not part of --quick.
   for tool in memcheck racecheck; do
     [ "$(left)" -gt 40 ] || { stamp "sanitize: out of time before $tool decode"; break; }
-    timeout "$(cap ${SANITIZE_CAP:-200} 20)" compute-sanitizer --tool $tool --error-exitcode 9 $H/fwd_check --decode-only \
-      > "$OUT/sanitize_${tool}_decode.txt" 2>&1
-    stamp "compute-sanitizer $tool fwd harness --decode-only rc=$? $(grep -E 'cases passed' "$OUT/sanitize_${tool}_decode.txt" | tail -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_${tool}_decode.txt" | tail -1)"
-    grep -m3 -E "^========= (Invalid|Race|Barrier|Error)" "$OUT/sanitize_${tool}_decode.txt" | tee -a "$S"
+    sanitize $tool decode $H/fwd_check --decode-only
   done
 fi
 

@@ -42,8 +42,9 @@ struct DecodeTile {
   static constexpr int threads() { return 32 * (consumer_warps() + 1); }
   static constexpr int chunks() { return HeadDim / 64; }
   static constexpr int ctas_per_sm() { return decode_ctas_per_sm(HeadDim, Rows); }
-  // Stages of K + V: about 192 KB of loads in flight per SM, split between its CTAs.
-  static constexpr int stages() { return int(196608 / ctas_per_sm() / (2 * kv_tile_bytes())); }
+  // K + V loads in flight per SM, split between its resident CTAs' stages.
+  static constexpr uint32_t inflight_bytes_per_sm() { return 192u * 1024u; }
+  static constexpr int stages() { return int(inflight_bytes_per_sm() / ctas_per_sm() / (2 * kv_tile_bytes())); }
   static constexpr uint32_t chunk_bytes_q() { return uint32_t(rows()) * 128; }
   static constexpr uint32_t chunk_bytes_kv() { return uint32_t(block_n()) * 128; }
   static constexpr uint32_t q_bytes() { return chunk_bytes_q() * chunks(); }

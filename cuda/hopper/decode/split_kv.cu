@@ -81,10 +81,13 @@ std::string launch_decode_dtype(const FwdProblem& p, const DecodePlan& plan, cud
   // position) or the head dim's largest tile (decode_rows_per_cta).
   const bool one_tile = plan.rows_per_cta == 16;
   switch (p.head_dim) {
-    case 64: return one_tile ? launch_decode_typed<T, 64, 16>(p, plan, stream) : launch_decode_typed<T, 64, 64>(p, plan, stream);
+    case 64:
+      return one_tile ? launch_decode_typed<T, 64, 16>(p, plan, stream)
+                      : launch_decode_typed<T, 64, decode_max_rows_per_cta(64)>(p, plan, stream);
     case 128:
-      return one_tile ? launch_decode_typed<T, 128, 16>(p, plan, stream) : launch_decode_typed<T, 128, 32>(p, plan, stream);
-    default: return launch_decode_typed<T, 256, 16>(p, plan, stream);
+      return one_tile ? launch_decode_typed<T, 128, 16>(p, plan, stream)
+                      : launch_decode_typed<T, 128, decode_max_rows_per_cta(128)>(p, plan, stream);
+    default: return launch_decode_typed<T, 256, decode_max_rows_per_cta(256)>(p, plan, stream);
   }
 }
 
