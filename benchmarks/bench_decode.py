@@ -8,13 +8,20 @@ bytes of q, k, v and o moved once / forward time. Implementations: ``jax_fa4``
 (``key_value_seq_lengths``), ``cudnn`` (``jax.nn.dot_product_attention(...,
 key_value_seq_lengths=..., implementation="cudnn")``, without ``is_causal``, which jax.nn aligns
 top-left), ``fa3`` (the FA3 binding, no lengths: the
-whole cache), ``xla`` (``jax.nn.dot_product_attention(..., implementation="xla")``). Timing as
-bench_attention.py: chains of calls in one jit, the median of repeats.
+whole cache), ``xla`` (``jax.nn.dot_product_attention(..., implementation="xla")``).
+
+Timing: chains of dependent calls in one jit, the median of repeats, as bench_attention.py, at two
+chain lengths; ``fwd_us`` is the slope, (t(long) - t(short)) / (long - short): the cost of one more
+call in a steady stream of calls (a sampling loop's layers), without the fixed cost of launching
+and synchronising one jit execution, which at 100-300 us per decode call is several per cent of a
+chain and would favour the slower implementation. ``fwd_us_chain`` is t(long) / long, that fixed
+cost included.
 
     python3 benchmarks/bench_decode.py --out results.json [--impls jax_fa4,cudnn]
 
 Writes ``{"date", "environment", "records"}``, each record ``{"impl", "variant": "decode",
-"batch", "seq_q", "seq_k", "heads", "heads_kv", "head_dim", "fwd_us", "fwd_gbps", "note"}``.
+"batch", "seq_q", "seq_k", "heads", "heads_kv", "head_dim", "fwd_us", "fwd_gbps", "fwd_us_chain",
+"fwd_gbps_chain", "note"}``.
 """
 
 from __future__ import annotations
@@ -45,7 +52,8 @@ CELLS = (
     (16, 16, 8192, 32, 8),
     (16, 1, 1024, 32, 8),
 )
-CHAIN = 20
+CHAIN_SHORT = 10
+CHAIN = 50
 
 
 def make_impl(
@@ -89,6 +97,8 @@ def measure(impl: str, cell: tuple[int, ...], repeats: int) -> dict[str, Any]:
         "head_dim": HEAD_DIM,
         "fwd_us": None,
         "fwd_gbps": None,
+        "fwd_us_chain": None,
+        "fwd_gbps_chain": None,
     }
     kq, kk, kv = jax.random.split(jax.random.key(0), 3)
     q = jax.random.normal(kq, (b, sq, hq, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
@@ -98,20 +108,28 @@ def measure(impl: str, cell: tuple[int, ...], repeats: int) -> dict[str, Any]:
     try:
         attn = make_impl(impl, lengths)
 
-        def chain(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
-            for _ in range(CHAIN):
-                q = attn(q, k, v).astype(q.dtype)
-            return q
+        def chain_of(n: int) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
+            def chain(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+                for _ in range(n):
+                    q = attn(q, k, v).astype(q.dtype)
+                return q
 
-        f = compile_fn(chain, (q, k, v))
-        t = time_compiled(f, (q, k, v), repeats, 1.0) / CHAIN
+            return chain
+
+        t_short, t_long = (
+            time_compiled(compile_fn(chain_of(n), (q, k, v)), (q, k, v), repeats, 1.0)
+            for n in (CHAIN_SHORT, CHAIN)
+        )
     except Exception as e:  # a peer without this shape: recorded, not fatal
         rec["note"] = f"failed: {short_reason(e)}"
         return rec
+    t = (t_long - t_short) / (CHAIN - CHAIN_SHORT)
     moved = 2 * (2 * q.size + 2 * k.size)  # q and o, k and v, 2 bytes each
     rec["fwd_us"] = round(t * 1e6, 1)
     rec["fwd_gbps"] = round(moved / t / 1e9)
-    rec["note"] = f"chain {CHAIN}"
+    rec["fwd_us_chain"] = round(t_long / CHAIN * 1e6, 1)
+    rec["fwd_gbps_chain"] = round(moved * CHAIN / t_long / 1e9)
+    rec["note"] = f"slope of chains {CHAIN_SHORT} and {CHAIN}"
     return rec
 
 
@@ -128,7 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             rec = measure(impl, cell, args.repeats)
             records.append(rec)
             b, sq, sk, hq, hkv = cell
-            print(f"{impl:8s} b{b} sq{sq} sk{sk} {hq}/{hkv}: {rec['fwd_gbps']} GB/s", flush=True)
+            print(
+                f"{impl:8s} b{b} sq{sq} sk{sk} {hq}/{hkv}: {rec['fwd_gbps']} GB/s"
+                f" (whole chain {rec['fwd_gbps_chain']})",
+                flush=True,
+            )
     out = {"date": _dt.date.today().isoformat(), "environment": environment(), "records": records}
     if args.out:
         with open(args.out, "w") as fh:

@@ -7,6 +7,7 @@
 #             configurations also with many tiles per CTA and one-pair sections
 #   tests     pytest tests/gpu (jax_fa4 through JAX against the float64 oracle, the error rule)
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the harnesses' small shapes
+#             (SANITIZE_TOOLS picks the tools, SANITIZE_JOBS runs that many at once)
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS (only when named in STAGES)
 #   variants  benchmarks/bench_variants.py $VARIANTS_ARGS (only when named in STAGES; the peers
 #             from ../shared/peers when .peers/bin/env.sh is there, tokamax from .whl)
@@ -123,21 +124,34 @@ if has sanitize; then
     stamp "compute-sanitizer $tool $* rc=$? $(grep -E '(cases|runs) passed' "$log" | tail -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
     grep -m3 -E "^========= (Invalid|Race|Barrier|Error)" "$log" | tee -a "$S"
   }
-  for tool in memcheck racecheck synccheck initcheck; do
-    for h in fwd bwd; do
+  # The runs are independent processes: SANITIZE_JOBS (default 4) of them at a time.
+  SPIDS=()
+  throttle() {
+    local n p
+    while :; do
+      n=0
+      for p in "${SPIDS[@]}"; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
+      [ "$n" -lt "${SANITIZE_JOBS:-4}" ] && return
+      sleep 2
+    done
+  }
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
+    # The decode path (split-KV kernel and combine) under memcheck and racecheck: its cases are
+    # not part of --quick.
+    for h in fwd bwd decode; do
+      [ $h = decode ] && [ $tool != memcheck ] && [ $tool != racecheck ] && continue
+      throttle
       [ "$(left)" -gt 40 ] || { stamp "sanitize: out of time before $tool $h"; break 2; }
-      bin=$H/${h}_check
+      bin=$H/${h}_check args=--quick
+      [ $h = decode ] && bin=$H/fwd_check args=--decode-only
       # racecheck of the backward: the racecheck build (above), whose only difference is who
       # arrives on the empty barriers; the shipped build's report is a known tool artefact (A.6).
       [ "$tool/$h" = racecheck/bwd ] && [ -x $H/bwd_check_race ] && bin=$H/bwd_check_race
-      sanitize $tool $h $bin --quick
+      sanitize $tool $h $bin $args &
+      SPIDS+=($!)
     done
   done
-  # The decode path (split-KV kernel and combine): its cases are not part of --quick.
-  for tool in memcheck racecheck; do
-    [ "$(left)" -gt 40 ] || { stamp "sanitize: out of time before $tool decode"; break; }
-    sanitize $tool decode $H/fwd_check --decode-only
-  done
+  for p in "${SPIDS[@]}"; do wait "$p"; done
 fi
 
 if has bench; then
