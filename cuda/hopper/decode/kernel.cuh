@@ -56,10 +56,16 @@ struct DecodeTile {
   // full[stages], empty[stages].
   static constexpr uint32_t barrier_bytes() { return 8 * 2 * stages(); }
   static constexpr uint32_t smem_bytes() { return barrier_offset() + barrier_bytes() + 1024; }
-  // The end-of-loop merge reuses the K / V stages: per-warp row max and sum, then O in float32.
+  // The end-of-loop merge reuses the K / V stages: per-warp row max and sum, then each warp's O in
+  // float32, a slice per warp with rows of merge_o_stride() floats: the padding of 8 puts the
+  // eight rows a warp's fragment store covers on distinct bank groups (2 wavefronts per 256 bytes).
+  static constexpr int merge_o_stride() { return HeadDim + 8; }
   static constexpr uint32_t merge_stats_offset() { return k_offset(0); }
   static constexpr uint32_t merge_o_offset() { return merge_stats_offset() + 2 * 4 * consumer_warps() * rows(); }
-  static constexpr uint32_t merge_bytes() { return merge_o_offset() - merge_stats_offset() + 4u * rows() * HeadDim; }
+  static constexpr uint32_t merge_o_slice_floats() { return uint32_t(rows()) * merge_o_stride(); }
+  static constexpr uint32_t merge_bytes() {
+    return merge_o_offset() - merge_stats_offset() + 4u * consumer_warps() * merge_o_slice_floats();
+  }
 
   static_assert(rows() % 16 == 0 && rows() <= kDecodeMaxRows, "rows are whole m16 tiles");
   static_assert(merge_bytes() <= barrier_offset() - k_offset(0), "the merge fits in the stages");
@@ -345,27 +351,20 @@ __global__ void __launch_bounds__(Cfg::threads(), Cfg::ctas_per_sm())
       scale_own[t][e] = exp2_approx(row_max[t][e] - base);
     }
   }
-  for (int w = 0; w < W; ++w) {
-    if (warp == w) {
+  // Every warp writes its O, rescaled to the row's tile max, into its own slice at once.
+  float* so_own = so + warp * Cfg::merge_o_slice_floats();
 #pragma unroll
-      for (int t = 0; t < MT; ++t) {
+  for (int t = 0; t < MT; ++t) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int r = 16 * t + lane / 4 + 8 * e;
+    for (int e = 0; e < 2; ++e) {
+      const int r = 16 * t + lane / 4 + 8 * e;
 #pragma unroll
-          for (int n = 0; n < D / 8; ++n) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              float* dst = so + r * D + 8 * n + 2 * (lane % 4) + c;
-              const float v = o[t][n][2 * e + c] * scale_own[t][e];
-              *dst = w == 0 ? v : *dst + v;
-            }
-          }
-        }
-      }
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<float2*>(so_own + r * Cfg::merge_o_stride() + 8 * n + 2 * (lane % 4)) =
+            make_float2(o[t][n][2 * e] * scale_own[t][e], o[t][n][2 * e + 1] * scale_own[t][e]);
     }
-    named_barrier_sync(1, 32 * W);
   }
+  named_barrier_sync(1, 32 * W);
 
   // Output: rows of the tile, float32 O / sum, as the final output (one split: LSE with the sink,
   // padding rows 0 / -inf) or as this split's partial.
@@ -380,7 +379,12 @@ __global__ void __launch_bounds__(Cfg::threads(), Cfg::ctas_per_sm())
     for (int w = 0; w < W; ++w) sum += st_sum[w * RPC + r] * exp2_approx(st_max[w * RPC + r] - base);
     const float lse2 = sum > 0.f ? base + __log2f(sum) : -INFINITY;
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    const float4 acc = *reinterpret_cast<const float4*>(so + r * D + col);
+    float4 acc = *reinterpret_cast<const float4*>(so + r * Cfg::merge_o_stride() + col);
+    for (int w = 1; w < W; ++w) {  // the warps' slices summed in warp order
+      const float4 x = *reinterpret_cast<const float4*>(so + w * Cfg::merge_o_slice_floats() +
+                                                        r * Cfg::merge_o_stride() + col);
+      acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+    }
     const int i = R / a.group, h = hkv * a.group + R % a.group;
     if (a.splits == 1) {
       float factor;
@@ -425,17 +429,36 @@ __global__ void __launch_bounds__(128) decode_combine(const DecodeArgs a) {
 #pragma unroll
   for (int k = 16; k >= 1; k /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
   const float base = mx == -INFINITY ? 0.f : mx;
-  float acc[D / 32];
+  // Each lane holds D / 32 consecutive columns. Every split wrote its partial (an empty split: O 0,
+  // LSE -inf, weight 0), so the loads of several splits are independent and in flight together.
+  constexpr int kCols = D / 32, kUnroll = 8;
+  float acc[kCols];
 #pragma unroll
-  for (int c = 0; c < D / 32; ++c) acc[c] = 0.f;
+  for (int c = 0; c < kCols; ++c) acc[c] = 0.f;
   float wsum = 0.f;
-  for (int s = 0; s < a.splits; ++s) {
-    const float w = exp2f(a.lse_part[s * pairs_rows + row] - base);  // 0 for an empty split
-    wsum += w;
-    if (w > 0.f) {
-      const float* src = a.o_part + (s * pairs_rows + row) * D;
+  for (int s0 = 0; s0 < a.splits; s0 += kUnroll) {
+    float w[kUnroll], x[kUnroll][kCols];
 #pragma unroll
-      for (int c = 0; c < D / 32; ++c) acc[c] += w * src[lane + 32 * c];
+    for (int u = 0; u < kUnroll; ++u) {
+      const int s = s0 + u;
+      w[u] = 0.f;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) x[u][c] = 0.f;
+      if (s < a.splits) {
+        w[u] = exp2f(a.lse_part[s * pairs_rows + row] - base);
+        const float* src = a.o_part + (s * pairs_rows + row) * D + lane * kCols;
+#pragma unroll
+        for (int c = 0; c < kCols; c += 2) {
+          const float2 v = *reinterpret_cast<const float2*>(src + c);
+          x[u][c] = v.x, x[u][c + 1] = v.y;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {  // in split order
+      wsum += w[u];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) acc[c] += w[u] * x[u][c];
     }
   }
   const float lse2 = wsum > 0.f ? base + log2f(wsum) : -INFINITY;
@@ -446,14 +469,8 @@ __global__ void __launch_bounds__(128) decode_combine(const DecodeArgs a) {
   const float f = wsum > 0.f ? factor / wsum : 0.f;
   T* dst = static_cast<T*>(a.o) + ((int64_t(b) * a.seq_q + i) * a.heads_q + h) * D;
 #pragma unroll
-  for (int c = 0; c < D / 32; ++c) {
-    const float v = acc[c] * f;
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      dst[lane + 32 * c] = __float2bfloat16_rn(v);
-    } else {
-      dst[lane + 32 * c] = __float2half_rn(v);
-    }
-  }
+  for (int c = 0; c < kCols; c += 2)
+    *reinterpret_cast<uint32_t*>(dst + lane * kCols + c) = pack2<T>(acc[c] * f, acc[c + 1] * f);
   if (lane == 0) a.lse[(int64_t(b) * a.heads_q + h) * a.seq_q + i] = lse;
 }
 

@@ -15,6 +15,7 @@
 //   --no-decode       skip the decode cases   --decode-only   run only those (the library's split-KV
 //                     path: few query rows per kv head, cache lengths, NaN past them in K and V)
 //   --decode-bench    kernel-only bandwidth of decode shapes, the library beside the hd128 kernel
+//   --decode-cells "b,sq,sk,hq,hkv,d;..."   the shapes --decode-bench times instead of its own
 //   --timeout-s N     a launch still running after N seconds (default 120) prints HANG with the
 //                     case and exits with code 4 (stdout is line-buffered, so the last line names it)
 // The variant cases (window bands, negative bands, query / key lengths, segment ids sorted and
@@ -529,16 +530,19 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Runner*>
 // public decode call passes them): bytes of q, k, v and o moved once / time, for the library's
 // path (launch_fwd), the decode kernel with its own cut (decode_tiling, also where the library
 // prefers another kernel) and the one-tile configuration of the head dim.
+struct DecodeCell { int b, sq, sk, hq, hkv, d; };
+// --decode-cells: the cells decode_bench times instead of its own.
+static std::vector<DecodeCell> g_decode_cells;
 static void decode_bench() {
-  struct Cell { int b, sq, sk, hq, hkv, d; };
-  const Cell cells[] = {{16, 1, 8192, 32, 8, 128}, {64, 1, 4096, 32, 8, 128}, {1, 1, 131072, 32, 8, 128},
-                        {8, 1, 32768, 16, 16, 128}, {16, 4, 8192, 32, 8, 128}, {16, 16, 8192, 32, 8, 128},
-                        {16, 1, 1024, 32, 8, 128},  {16, 1, 8192, 32, 8, 64},   {16, 1, 8192, 32, 8, 256},
-                        {4, 8, 16384, 32, 8, 64}};
+  std::vector<DecodeCell> cells = {{16, 1, 8192, 32, 8, 128}, {64, 1, 4096, 32, 8, 128}, {1, 1, 131072, 32, 8, 128},
+                                   {8, 1, 32768, 16, 16, 128}, {16, 4, 8192, 32, 8, 128}, {16, 16, 8192, 32, 8, 128},
+                                   {16, 1, 1024, 32, 8, 128},  {16, 1, 8192, 32, 8, 64},   {16, 1, 8192, 32, 8, 256},
+                                   {4, 8, 16384, 32, 8, 64}};
+  if (!g_decode_cells.empty()) cells = g_decode_cells;
   std::printf("\ndecode bandwidth (GB/s, kernel only, chains of 20, median of 3)\n");
   std::printf("%4s %4s %7s %4s %4s %4s %6s %5s %10s %10s %10s %10s\n", "b", "sq", "sk", "hq", "hkv", "d", "splits",
               "rows", "us", "library", "decode", "one-tile");
-  for (const Cell& c : cells) {
+  for (const DecodeCell& c : cells) {
     const int d = c.d;
     const size_t nq = size_t(c.b) * c.sq * c.hq * d, nk = size_t(c.b) * c.sk * c.hkv * d;
     void *q, *k, *v, *o, *ws = nullptr;
@@ -688,6 +692,20 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--no-decode")) decode = false;
     if (!std::strcmp(argv[i], "--decode-only")) decode_only = true;
     if (!std::strcmp(argv[i], "--decode-bench")) do_decode_bench = true;
+    if (!std::strcmp(argv[i], "--decode-cells") && i + 1 < argc) {  // "b,sq,sk,hq,hkv,d;..."
+      std::string all = argv[++i];
+      for (size_t at = 0; at <= all.size();) {
+        size_t end = all.find(';', at);
+        if (end == std::string::npos) end = all.size();
+        const std::vector<int> v = parse_list(all.substr(at, end - at).c_str());
+        if (v.size() != 6) {
+          std::printf("--decode-cells wants b,sq,sk,hq,hkv,d per cell, separated by ';'\n");
+          return 2;
+        }
+        g_decode_cells.push_back({v[0], v[1], v[2], v[3], v[4], v[5]});
+        at = end + 1;
+      }
+    }
     if (!std::strcmp(argv[i], "--timeout-s") && i + 1 < argc) g_timeout_s = std::atof(argv[++i]);
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = parse_list(argv[++i]);
