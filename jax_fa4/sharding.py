@@ -33,7 +33,11 @@ the kernel in :func:`jax.experimental.custom_partitioning.custom_partitioning` w
 
   A call with a variant (window, lengths, segment ids, soft cap, sinks) splits its batch and
   heads as above, its lengths and segment ids with the batch and its sinks with the batch and
-  the q heads; its sequence is never split (replicated, then exact).
+  the q heads. A split of its sequence (``seq_q == seq_k``) runs the ring with the variant (k and
+  v split the same way, the kv segment ids travelling with their block, the window shifted per
+  ring step and the steps that see nothing skipped, the sinks added once at the end), except
+  lengths together with a causal mask or a window, which the ring cannot do exactly: that
+  sequence is replicated, then computed exactly.
 
 Inside ``shard_map`` (all mesh axes manual) and on one device the kernel is lowered directly;
 the partitioning machinery is not involved, so the persistent compilation cache works there.
@@ -150,13 +154,15 @@ def plan_for(
     k_shape: tuple[int, ...],
     causal: bool,
     variant: bool = False,
+    variant_ring: bool = False,
 ) -> Plan:
     """Picks the split of one attention call from its operands' specs (see the module doc).
 
     q_spec / k_spec: padded PartitionSpec entries of q and k, or None when unknown. `variant`:
-    the call has a window, lengths, segment ids, a soft cap or sinks; its sequence is then never
-    split (batch and heads are, as without them). Never raises: whatever it cannot run exactly
-    is left replicated.
+    the call has a window, lengths, segment ids, a soft cap or sinks; `variant_ring`: the ring can
+    run that variant exactly (not lengths with a causal mask or a window). A variant's sequence
+    split is a ring or nothing (the kernel's masks cannot be offset per device). Batch and heads
+    split as without a variant. Never raises: whatever it cannot run exactly is left replicated.
     """
     if q_spec is None:
         return Plan()
@@ -190,12 +196,13 @@ def plan_for(
     used |= set(heads)
 
     seq = _axes(q_spec[1])
-    if variant or not usable(seq, used) or sq % size(seq):
+    if (variant and not variant_ring) or not usable(seq, used) or sq % size(seq):
         return Plan(batch, heads, kv_heads)
     n = size(seq)
-    if causal:
-        # The kernel's causal mask cannot be offset, so a causal split of q's sequence needs the
-        # keys split the same way (the ring's block-pair masks are all full, empty or diagonal).
+    if causal or variant:
+        # The kernel's masks cannot be offset, so a causal (or variant) split of q's sequence
+        # needs the keys split the same way: the ring, which gives every block pair its own
+        # mask (causal: full, empty or diagonal; windows shifted; ids and lengths per block).
         if sq == sk and sk % n == 0:
             return Plan(batch, heads, kv_heads, seq, ring=True)
         return Plan(batch, heads, kv_heads)
@@ -245,6 +252,8 @@ def _plan_from_shapes(mesh: Mesh, arg_shapes: Sequence[ShapeInfo], params: Param
     q, k = arg_shapes[0], arg_shapes[1]
     if getattr(mesh, "empty", True):
         return Plan()
+    banded = params.causal or params.window_left is not None or params.window_right is not None
+    lengths = "q_lengths" in params.extras or "kv_lengths" in params.extras
     return plan_for(
         dict(mesh.shape),
         _compat.spec_of(q.sharding, mesh, 4),
@@ -253,6 +262,7 @@ def _plan_from_shapes(mesh: Mesh, arg_shapes: Sequence[ShapeInfo], params: Param
         tuple(k.shape),
         params.causal,
         params.variant,
+        variant_ring=not (lengths and banded),
     )
 
 
@@ -377,9 +387,9 @@ def _shardings(
 def _extra_shardings(
     mesh: jax.sharding.Mesh, plan: Plan, extras: Sequence[str]
 ) -> tuple[NamedSharding, ...]:
-    """The extras' shardings under `plan`: lengths and segment ids split with the batch (and
-    the q ids with q's sequence: a variant call's plan never splits it), sinks with the batch
-    and the q heads."""
+    """The extras' shardings under `plan`: lengths split with the batch, segment ids with the
+    batch and their sequence (the kv ids' only in a ring, where k's is split too), sinks with the
+    batch and the q heads."""
     b, h, s = _entry(plan.batch), _entry(plan.heads), _entry(plan.seq)
     kv_seq = s if plan.ring else None
     specs = {
@@ -403,6 +413,16 @@ def _fwd_infer(
     plan = _plan_from_shapes(mesh, arg_shapes, params)
     q_s, _, lse_s = _shardings(_named_mesh(mesh, arg_shapes), plan)
     return (q_s, lse_s)
+
+
+def _ring_variant(params: Params, extra_ops: Sequence[jax.Array]) -> dict[str, Any]:
+    """The ring engine's variant arguments from the primitive's parameters and extra operands
+    (the backward's extras have no sinks: its lse holds them)."""
+    out: dict[str, Any] = dict(
+        window_left=params.window_left, window_right=params.window_right, softcap=params.softcap
+    )
+    out.update(zip(params.extras, extra_ops, strict=True))
+    return out
 
 
 def _pick_kv_head(plan: Plan, *kvs: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array | None]:
@@ -431,7 +451,7 @@ def _fwd_partition(
 
     def lower_fn(q, k, v, *extra_ops):
         (k, v), _ = _pick_kv_head(plan, k, v)
-        if plan.ring:  # never with variants (plan_for keeps their sequence whole)
+        if plan.ring:
             return ring_engine.ring_fwd_local(
                 q,
                 k,
@@ -440,6 +460,7 @@ def _fwd_partition(
                 causal=params.causal,
                 softmax_scale=params.softmax_scale,
                 layout="contiguous",
+                **_ring_variant(params, extra_ops),
             )
         return _fwd_impl(q, k, v, *extra_ops, params)
 
@@ -475,7 +496,7 @@ def _bwd_partition(
     def lower_fn(q, k, v, o, lse, do, dlse, *extra_ops):
         hkv = k.shape[2]
         (k_loc, v_loc), kv_idx = _pick_kv_head(plan, k, v)
-        if plan.ring:  # never with variants (plan_for keeps their sequence whole)
+        if plan.ring:
             dq, dk, dv = ring_engine.ring_bwd_local(
                 q,
                 k_loc,
@@ -489,6 +510,7 @@ def _bwd_partition(
                 softmax_scale=params.softmax_scale,
                 layout="contiguous",
                 deterministic=bool(params.deterministic),
+                **_ring_variant(params, extra_ops),
             )
         else:
             dq, dk, dv = _bwd_impl(q, k_loc, v_loc, o, lse, do, dlse, *extra_ops, params)

@@ -297,6 +297,80 @@ def test_partitioned_variants_match_one_device(spec):
         _close(a, b_, name, 1e-4)
 
 
+# (name, attention kwargs, whether the sequence split runs as a ring). Lengths with a causal mask
+# or a window are what the ring cannot do exactly: that sequence is replicated.
+SEQ_VARIANTS = {
+    "window+ids+softcap+sinks": (
+        dict(causal=True, local_window_size=(9, 0), logits_soft_cap=5.0),
+        ("ids", "sinks"),
+        True,
+    ),
+    "window both sides, ids": (dict(local_window_size=(6, 11)), ("ids",), True),
+    "lengths+ids, not causal": (dict(), ("kl", "ql", "ids"), True),
+    "lengths+causal": (dict(causal=True), ("kl",), False),
+}
+
+
+@pytest.mark.parametrize(
+    "name", params(list(SEQ_VARIANTS), ["window+ids+softcap+sinks", "lengths+causal"])
+)
+def test_sequence_split_variants_ring_under_jit(name):
+    """Plain jit with q, k, v (and the ids) split over the sequence: a variant the ring can do runs
+    as the ring (collective-permutes, no all-gather), the rest is replicated first; forward and
+    gradients (sinks included) equal the one-device call either way."""
+    kw, extras, ring = SEQ_VARIANTS[name]
+    mesh = jax.make_mesh((4,), ("s",), axis_types=(AxisType.Auto,))
+    b, s, hq, hkv = 2, 48, 4, 2
+    q, k, v = random_qkv(case_key("seq-ring", name), b, s, s, hq, hkv, D, D, jnp.float32)
+    ops = dict(
+        kl=jax.random.randint(case_key("kl", name), (b,), 5, s + 1),
+        ql=jax.random.randint(case_key("ql", name), (b,), 5, s + 1),
+        ids=packed_ids(case_key("ids", name), b, s),
+        sinks=jax.random.normal(case_key("sinks", name), (hq,), jnp.float32),
+    )
+    ops = {n: x for n, x in ops.items() if n in extras}
+
+    def loss(q, k, v, sinks=None, **rest):
+        o, lse = jax_fa4.attention(
+            q,
+            k,
+            v,
+            key_value_seq_lengths=rest.get("kl"),
+            query_seq_lengths=rest.get("ql"),
+            segment_ids=rest.get("ids"),
+            sinks=sinks,
+            return_lse=True,
+            **kw,
+        )
+        return jnp.sum(o**2) + jnp.sum(jnp.where(jnp.isfinite(lse), jnp.sin(lse), 0.0)), o
+
+    argnums = (0, 1, 2, 3) if "sinks" in ops else (0, 1, 2)
+    sinks = ops.pop("sinks", None)
+    f = jax.value_and_grad(
+        lambda q, k, v, sinks, rest: loss(q, k, v, sinks, **rest), argnums, has_aux=True
+    )
+    (l1, o1), g1 = jax.jit(f)(q, k, v, sinks, ops)
+    put = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))  # noqa: E731
+    seq = P(None, "s")
+    sharded = (put(q, seq), put(k, seq), put(v, seq), None if sinks is None else put(sinks, P()))
+    rest = {n: put(x, seq if n == "ids" else P()) for n, x in ops.items()}
+    (l4, o4), g4 = jax.jit(f)(*sharded, rest)
+    if ring:  # the output stays split over the sequence
+        assert o4.sharding.spec[1] == "s", o4.sharding
+    _close(o4, o1, f"{name}: o", 1e-5)
+    _close(l4, l1, f"{name}: loss", 1e-4)
+    for what, a, b_ in zip(("dq", "dk", "dv", "dsinks"), g4, g1, strict=False):
+        _close(a, b_, f"{name}: {what}", 1e-4)
+    text = jax.jit(f).lower(*sharded, rest).compile().as_text()
+    permutes = len(re.findall(r"\scollective-permute(-start)?\(", text))
+    gathers = re.findall(r"= f32\[[^\]]*\][^=]*\sall-gather(-start)?\(", text)
+    if ring:
+        assert permutes > 0, f"{name}: no ring (no collective-permute) in the partitioned program"
+        assert not gathers, f"{name}: a float operand was all-gathered: {gathers[:3]}"
+    else:
+        assert permutes == 0, f"{name}: lengths with a band must not run the ring"
+
+
 _CUDA_EXPORT = """
 import json, re
 import jax, jax.numpy as jnp
