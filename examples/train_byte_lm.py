@@ -28,6 +28,11 @@ learned positions stop at ``seq_len``: when the context is full it restarts from
 ``seq_len // 2`` bytes, prefilled again at positions 0, 1, ... Generated tokens/s is timed after a
 warm-up (compilation excluded), batch 1.
 
+Data parallelism (``--data-parallel N``, 0: every device): each batch's rows are split over N
+devices, the model and optimizer replicated on each; under ``jax.jit`` the attention runs on each
+device's rows (the automatic partitioning splits the batch, segment ids with it) and XLA sums
+the gradients. The losses equal the one-device run's up to float rounding.
+
 Outputs under ``--out``: ``loss.png`` (training and held-out loss), ``metrics.json`` (losses, eval
 losses, training tokens/s, the generated sample and its tokens/s), ``checkpoints/`` (orbax;
 ``--resume`` continues from the newest). With ``--compare`` both attention variants train from the
@@ -38,6 +43,7 @@ Examples::
 
     python3 examples/train_byte_lm.py --tiny --out /tmp/byte_lm          # CPU, under a minute
     python3 examples/train_byte_lm.py --compare --steps 1000 --out runs/byte_lm_h200   # GPU
+    python3 examples/train_byte_lm.py --data-parallel 0 --batch-size 64 --out runs/byte_lm_dp
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from flax import nnx
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 from tqdm import tqdm
 
 import jax_fa4
@@ -95,10 +103,28 @@ class Config:
     jax_nn_implementation: str | None = None  # None: jax.nn picks (cuDNN on a GPU when it can)
     sample_bytes: int = 200
     progress: bool = True
+    # Data parallelism: the batch split over this many devices (0: every device of the machine),
+    # the model and optimizer replicated; XLA sums the gradients across them.
+    data_parallel: int = 1
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
+
+    def dp_devices(self) -> list[jax.Device]:
+        """The devices the batch is split over (data_parallel; 0: all of them)."""
+        devices = jax.devices()
+        n = len(devices) if self.data_parallel == 0 else self.data_parallel
+        if not 1 <= n <= len(devices):
+            raise ValueError(
+                f"data_parallel={self.data_parallel}: this machine has {len(devices)} devices "
+                "(0 means all of them)"
+            )
+        if self.batch_size % n:
+            raise ValueError(
+                f"batch_size={self.batch_size} must be a multiple of the {n} data-parallel devices"
+            )
+        return devices[:n]
 
     def compute_dtype(self) -> jnp.dtype:
         """The dtype the sublayers compute in (parameters stay float32)."""
@@ -567,15 +593,36 @@ class Trainer:
     cfg: Config
     graphdef: Any
     state: Any
+    mesh: jax.sharding.Mesh | None = None  # data parallelism over its "data" axis, or None
 
     @classmethod
     def create(cls, cfg: Config) -> Trainer:
+        devices = cfg.dp_devices()
         model = ByteLM(cfg, attention_fns_for(cfg), rngs=nnx.Rngs(cfg.seed))
         optimizer = nnx.Optimizer(model, make_optimizer(cfg), wrt=nnx.Param)
         graphdef, state = nnx.split((model, optimizer))
-        trainer = cls(cfg, graphdef, state)
+        mesh = (
+            jax.make_mesh((len(devices),), ("data",), axis_types=(AxisType.Auto,), devices=devices)
+            if len(devices) > 1
+            else None
+        )
+        trainer = cls(cfg, graphdef, state, mesh)
+        trainer.place_state()
         trainer._compile()
         return trainer
+
+    def place_state(self) -> None:
+        """With data parallelism, the model and optimizer replicated on every device."""
+        if self.mesh is not None:
+            self.state = jax.device_put(self.state, NamedSharding(self.mesh, P()))
+
+    def place_batch(self, batch: tuple[np.ndarray, ...]) -> tuple[jax.Array, ...]:
+        """The batch's arrays (rows first) split over the data-parallel devices (as they are
+        without data parallelism)."""
+        if self.mesh is None:
+            return batch
+        sharding = NamedSharding(self.mesh, P("data"))
+        return tuple(jax.device_put(x, sharding) for x in batch)
 
     def _compile(self) -> None:
         graphdef = self.graphdef
@@ -629,7 +676,11 @@ class Trainer:
         return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
     def eval_loss(self, batches: Sequence[Batch]) -> float:
-        return float(np.mean([float(self.evaluate(self.state, b.as_tuple())) for b in batches]))
+        return float(
+            np.mean(
+                [float(self.evaluate(self.state, self.place_batch(b.as_tuple()))) for b in batches]
+            )
+        )
 
     def _prefill(
         self, context: Sequence[int], key: jax.Array, step: int, temperature: float
@@ -724,6 +775,7 @@ def _restore(mngr: ocp.CheckpointManager, step: int, trainer: Trainer) -> dict:
         ),
     )
     trainer.state = restored.state
+    trainer.place_state()
     return dict(restored.history)
 
 
@@ -753,10 +805,11 @@ def train(cfg: Config, out: pathlib.Path, corpus: Corpus | None = None, resume: 
     trainer = Trainer.create(cfg)
     tokens_per_step = cfg.batch_size * cfg.seq_len
     docs_per_row = float(np.mean([b.segment_ids.max(axis=1).mean() for b in evals]))
+    dp = f" x {trainer.mesh.size} (data parallel)" if trainer.mesh is not None else ""
     print(
         f"[{cfg.attention}] {trainer.num_params() / 1e6:.2f}M parameters, head_dim "
         f"{cfg.head_dim}, compute dtype {cfg.compute_dtype().name}, device "
-        f"{jax.devices()[0].device_kind}; corpus {len(corpus.train) / 1e6:.1f} MB train "
+        f"{jax.devices()[0].device_kind}{dp}; corpus {len(corpus.train) / 1e6:.1f} MB train "
         f"({corpus.train_files} files), {len(corpus.heldout) / 1e6:.2f} MB held out "
         f"({corpus.heldout_files} files) from {corpus.root}",
         flush=True,
@@ -793,7 +846,7 @@ def train(cfg: Config, out: pathlib.Path, corpus: Corpus | None = None, resume: 
         pending.clear()
 
     for step in range(start, cfg.steps):
-        batch = train_batch(corpus, step, cfg).as_tuple()
+        batch = trainer.place_batch(train_batch(corpus, step, cfg).as_tuple())
         trainer.state, loss = trainer.step(trainer.state, batch)
         pending.append(loss)
         if compile_seconds is None:  # the first step compiles: time it apart
@@ -833,6 +886,7 @@ def train(cfg: Config, out: pathlib.Path, corpus: Corpus | None = None, resume: 
         "config": dataclasses.asdict(cfg),
         "compute_dtype": cfg.compute_dtype().name,
         "device": jax.devices()[0].device_kind,
+        "data_parallel_devices": 1 if trainer.mesh is None else trainer.mesh.size,
         "backend": jax.default_backend(),
         "versions": _versions(),
         "corpus": {
@@ -1023,6 +1077,12 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Config, pathlib.Path,
         choices=("xla", "cudnn"),
         help="for --attention jax_nn (default: jax.nn chooses)",
     )
+    p.add_argument(
+        "--data-parallel",
+        type=int,
+        metavar="N",
+        help="split each batch over N devices (0: all; default 1), the model replicated",
+    )
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None)
     args = vars(p.parse_args(argv))
     tiny, out, do_compare, resume = (args.pop(k) for k in ("tiny", "out", "compare", "resume"))
@@ -1033,6 +1093,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Config, pathlib.Path,
             p.error(f"--{name.replace('_', '-')} must be >= 1; got {getattr(cfg, name)}")
     if cfg.d_model % cfg.num_heads:
         p.error(f"--d-model {cfg.d_model} must be a multiple of --heads {cfg.num_heads}")
+    try:
+        cfg.dp_devices()
+    except ValueError as err:
+        p.error(f"--data-parallel: {err}")
     return cfg, out, do_compare, resume
 
 

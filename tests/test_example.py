@@ -206,3 +206,77 @@ def test_decode_rows_with_different_cache_lengths():
     for b, row in enumerate(rows):
         want = full[b, len(row) - 1 : len(row) + len(fed)]  # [5, 256]
         np.testing.assert_allclose(np.stack(got)[:, b], want, rtol=1e-4, atol=1e-4)
+
+
+def test_data_parallel_steps_match_one_device():
+    """--data-parallel: the batch split over 4 of the 8 host devices, the model replicated; three
+    training steps give the one-device losses and parameters (float32, up to summation order),
+    and a batch that the devices do not divide is a clear error."""
+    import jax
+    from flax import nnx
+
+    tbl = _load_example()
+    cfg = tbl.Config(
+        seq_len=32,
+        d_model=32,
+        num_heads=2,
+        num_layers=2,
+        batch_size=8,
+        progress=False,
+        max_corpus_mb=1.0,
+    )
+    corpus = tbl.load_stdlib_corpus(cfg.heldout_percent, cfg.max_corpus_mb)
+    one = tbl.Trainer.create(cfg)
+    dp = tbl.Trainer.create(tbl.dataclasses.replace(cfg, data_parallel=4))
+    assert one.mesh is None and dp.mesh.size == 4
+    for step in range(3):
+        batch = tbl.train_batch(corpus, step, cfg).as_tuple()
+        one.state, l1 = one.step(one.state, one.place_batch(batch))
+        dp.state, l4 = dp.step(dp.state, dp.place_batch(batch))
+        assert len(l4.sharding.device_set) == 4
+        np.testing.assert_allclose(float(l4), float(l1), rtol=2e-5, err_msg=f"step {step}")
+    p1 = jax.tree.leaves(nnx.state(nnx.merge(one.graphdef, one.state)[0], nnx.Param))
+    p4 = jax.tree.leaves(nnx.state(nnx.merge(dp.graphdef, dp.state)[0], nnx.Param))
+    for a, b in zip(p4, p1, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="batch_size=6 must be a multiple of the 4"):
+        tbl.Trainer.create(tbl.dataclasses.replace(cfg, batch_size=6, data_parallel=4))
+    with pytest.raises(ValueError, match="data_parallel=9: this machine has 8 devices"):
+        tbl.Trainer.create(tbl.dataclasses.replace(cfg, data_parallel=9))
+
+
+@pytest.mark.slow
+def test_tiny_data_parallel_run(tmp_path):
+    """The whole --tiny run (training, evaluation, checkpoints, KV-cache sampling) with the batch
+    split over every one of 4 host devices."""
+    env_flags = "--xla_force_host_platform_device_count=4"
+    out = tmp_path / "dp"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=env_flags)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLE),
+            "--tiny",
+            "--steps",
+            "12",
+            "--eval-every",
+            "6",
+            "--data-parallel",
+            "0",
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-4000:]}"
+    assert "x 4 (data parallel)" in proc.stdout, proc.stdout
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["data_parallel_devices"] == 4
+    assert len(metrics["train_loss"]) == 12 and np.all(np.isfinite(metrics["train_loss"]))
+    assert metrics["sample"]
