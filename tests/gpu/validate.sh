@@ -11,6 +11,9 @@
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS (only when named in STAGES)
 #   variants  benchmarks/bench_variants.py $VARIANTS_ARGS (only when named in STAGES; the peers
 #             from ../shared/peers when .peers/bin/env.sh is there, tokamax from .whl)
+#   decode    benchmarks/bench_decode.py $DECODE_ARGS (only when named in STAGES; the FA3 binding
+#             from ../shared/peers when .peers/bin/env.sh is there), then the harness's kernel-only
+#             --decode-bench
 # HARNESS_PREBUILT names a folder holding fwd_check and bwd_check (and bwd_check_race, the racecheck
 # build with -DFA4_BWD_RELEASE_EVERY_THREAD=1) built with NVCC_FLAGS below (the
 # harness build is then skipped). TESTS_CAP (default 420 s) bounds the pytest stage; TESTS_ARGS (default tests/gpu) picks what it runs, so
@@ -22,7 +25,7 @@ set -o pipefail
 OUT=${OUT:-/tmp/validate}
 BUDGET=${BUDGET:-570}
 STAGES=${STAGES:-"install harness tests sanitize"}
-mkdir -p "$OUT"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)  # absolute: some stages run from /tmp
 T0=$SECONDS
 S=$OUT/summary.txt
 stamp() { echo "[$((SECONDS - T0))s] $*" | tee -a "$S"; }
@@ -173,6 +176,21 @@ if has variants; then
   ) > "$OUT/variants.txt" 2>&1
   stamp "variants benchmark rc=$?"
   grep -E "fwd|matmul" "$OUT/variants.txt" | tail -60 | tee -a "$S"
+fi
+if has decode; then
+  wait_install
+  stamp "decode benchmark ${DECODE_ARGS:-}"
+  (
+    [ -f .peers/bin/env.sh ] && source .peers/bin/env.sh
+    R=$PWD
+    cd /tmp && timeout "$(cap 400 5)" python3 "$R/benchmarks/bench_decode.py" ${DECODE_ARGS:-} --out "$OUT/decode.json"
+  ) > "$OUT/decode.txt" 2>&1
+  stamp "decode benchmark rc=$?"
+  grep -E "GB/s" "$OUT/decode.txt" | tee -a "$S"
+  if [ -x $H/fwd_check ]; then
+    timeout "$(cap 90 5)" $H/fwd_check --no-check --decode-bench > "$OUT/decode_kernel.txt" 2>&1
+    tail -12 "$OUT/decode_kernel.txt" | tee -a "$S"
+  fi
 fi
 wait_install
 stamp "done"
