@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dtype = jnp.float32 if cpu else jnp.bfloat16
     b, h, hkv, d = 2, 4, 2, (32 if cpu else 128)  # GQA: 4 q heads share 2 kv heads
     s = (args.seq_per_device or (32 if cpu else 4096)) * n
-    window = args.window or s // n
+    window = args.window if args.window is not None else s // n
     docs = 3  # packed documents per row (segment ids), boundaries not on block edges
 
     # The same global inputs in every process (a fixed seed), on the host.

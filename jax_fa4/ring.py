@@ -249,15 +249,29 @@ _ring_core.defvjp(_ring_core_fwd, _ring_core_bwd)
 
 
 def _ring_size(axis_name: AxisName) -> int:
-    """The ring size; a ValueError naming `axis_name` when it is not bound here."""
+    """The ring size; a ValueError naming `axis_name` when it is not bound here, or when it is a
+    tuple of axes out of the mesh's order (jax.lax.axis_index numbers the devices in the tuple's
+    order, the block layout of P(None, axis_name) too, but jax.lax.ppermute reads its pairs in
+    the mesh's order: the ring would hand blocks to the wrong devices)."""
     try:
-        return int(jax.lax.axis_size(axis_name))
+        n = int(jax.lax.axis_size(axis_name))
     except NameError as err:
         raise ValueError(
             f"ring_attention: axis_name={axis_name!r} is not a bound mesh axis here. Call "
             "ring_attention inside jax.shard_map over a mesh with that axis, with the sequence "
             "axis of q, k and v split over it (e.g. in_specs=P(None, axis_name))"
         ) from err
+    if isinstance(axis_name, tuple | list) and len(axis_name) > 1:
+        order = tuple(getattr(jax.sharding.get_abstract_mesh(), "axis_names", ()) or ())
+        in_mesh = tuple(a for a in order if a in axis_name)
+        if order and in_mesh != tuple(axis_name):
+            raise ValueError(
+                f"ring_attention: axis_name={tuple(axis_name)!r} lists the mesh axes out of the "
+                f"mesh's order {order!r}; give them as {in_mesh!r} (and split the sequence with "
+                f"P(None, {in_mesh!r})): jax.lax.ppermute pairs devices in the mesh's order, so "
+                "a ring over the axes in another order would pass blocks to the wrong devices"
+            )
+    return n
 
 
 def _no_keys(

@@ -199,14 +199,20 @@ def plan_for(
     if (variant and not variant_ring) or not usable(seq, used) or sq % size(seq):
         return Plan(batch, heads, kv_heads)
     n = size(seq)
+    # A ring over several axes needs them in the mesh's order: jax.lax.axis_index numbers the
+    # devices (and the spec lays out the blocks) in the spec's order, jax.lax.ppermute pairs them
+    # in the mesh's, so out of order the ring would pass blocks to the wrong devices.
+    ringable = list(seq) == [a for a in mesh_shape if a in seq]
     if causal or variant:
+        if not ringable:
+            return Plan(batch, heads, kv_heads)
         # The kernel's masks cannot be offset, so a causal (or variant) split of q's sequence
         # needs the keys split the same way: the ring, which gives every block pair its own
         # mask (causal: full, empty or diagonal; windows shifted; ids and lengths per block).
         if sq == sk and sk % n == 0:
             return Plan(batch, heads, kv_heads, seq, ring=True)
         return Plan(batch, heads, kv_heads)
-    ring_ok = _axes(k_spec[1]) == seq and sk % n == 0
+    ring_ok = ringable and _axes(k_spec[1]) == seq and sk % n == 0
     return Plan(batch, heads, kv_heads, seq, ring=ring_ok)
 
 

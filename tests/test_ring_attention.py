@@ -271,6 +271,20 @@ def test_error_unknown_axis_name():
         _in_shard_map(lambda q, k, v: jax_fa4.ring_attention(q, k, v, axis_name="seq"), q, k, v)
 
 
+def test_error_axes_out_of_mesh_order():
+    """A tuple of ring axes out of the mesh's order is refused (ppermute pairs devices in the
+    mesh's order, axis_index in the tuple's: the blocks would reach the wrong devices); in the
+    mesh's order the same ring matches the reference."""
+    mesh = _mesh((2, 4), ("x", "y"))
+    q, k, v = random_qkv(jax.random.key(8), 1, 64, 64, 2, 2, 16, 16, jnp.float32)
+    with pytest.raises(ValueError, match=r"axis_name=\('y', 'x'\) lists the mesh axes out of"):
+        _ring_fn(mesh, ("y", "x"), causal=True, layout="contiguous")(q, k, v)
+    o, lse = _ring_fn(mesh, ("x", "y"), causal=True, layout="contiguous")(q, k, v)
+    ref = jax_fa4.attention(q, k, v, causal=True, return_lse=True)
+    np.testing.assert_allclose(np.asarray(o), np.asarray(ref[0]), atol=2e-6, rtol=2e-6)
+    np.testing.assert_allclose(np.asarray(lse), np.asarray(ref[1]), atol=2e-6, rtol=2e-6)
+
+
 def test_error_causal_needs_equal_lengths():
     q, _, _ = random_qkv(jax.random.key(7), 1, 16, 16, 2, 2, 16, 16, jnp.float32)
     _, k, v = random_qkv(jax.random.key(7), 1, 32, 32, 2, 2, 16, 16, jnp.float32)

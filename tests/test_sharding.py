@@ -274,6 +274,13 @@ def test_plan_decisions():
     )
     assert plan_for(mesh, (None, "s", None, None), None, (2, 30, 8, 16), k, False) == Plan()
     assert plan_for(mesh, ("b", "b", None, None), None, q, k, False) == Plan(("b",))
+    # A ring over two axes needs them in the mesh's order (ppermute pairs devices that way).
+    two = {"x": 2, "y": 4}
+    assert plan_for(two, (None, ("x", "y"), None, None), None, q, k, True).ring
+    assert plan_for(two, (None, ("y", "x"), None, None), None, q, k, True) == Plan()
+    yx = (None, ("y", "x"), None, None)
+    assert plan_for(two, yx, yx, q, k, False) == Plan(seq=("y", "x"))  # queries split, k whole
+    assert plan_for(two, yx, None, q, k, False, variant=True, variant_ring=True) == Plan()
     assert plan_for(mesh, None, None, q, k, False) == Plan()
 
 
@@ -371,3 +378,17 @@ def test_shard_map_without_check_vma(ring):
         jax.jit(jax.grad(loss(sm), argnums=(0, 1, 2)))(q, k, v),
         jax.grad(loss(ref), argnums=(0, 1, 2))(q, k, v),
     )
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_sequence_split_over_axes_out_of_mesh_order(causal):
+    """q, k, v split over ("y", "x") of a ("x", "y") mesh: the result equals one device (no ring
+    over axes out of the mesh's order; with them in order the ring runs)."""
+    mesh = _mesh((2, 4), ("x", "y"))
+    q, k, v = random_qkv(jax.random.key(9), 2, 64, 64, 2, 2, 16, 16, jnp.float32)
+    for axes in (("y", "x"), ("x", "y")):
+        args = tuple(_put(mesh, x, P(None, axes)) for x in (q, k, v))
+        _assert_same(jax.jit(_fwd(causal))(*args), _fwd(causal)(q, k, v))
+        _assert_same(jax.jit(_grads(causal))(*args), _grads(causal)(q, k, v))
+        permutes = collectives_in(_fwd(causal), *args).get("collective-permute", 0)
+        assert (permutes > 0) == (axes == ("x", "y")), (axes, permutes)
