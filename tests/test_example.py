@@ -25,10 +25,13 @@ EXAMPLE = ROOT / "examples" / "train_byte_lm.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def run_example(*args: str, cwd: pathlib.Path) -> str:
-    """Runs the example on the CPU in a fresh interpreter; returns its stdout."""
+def run_example(*args: str, cwd: pathlib.Path, host_devices: int | None = None) -> str:
+    """Runs the example on the CPU in a fresh interpreter (with `host_devices` CPU devices, else
+    one); returns its stdout."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # conftest's 8 host devices
     env["JAX_PLATFORMS"] = "cpu"
+    if host_devices:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={host_devices}"
     proc = subprocess.run(
         [sys.executable, str(EXAMPLE), *args],
         cwd=cwd,
@@ -249,33 +252,22 @@ def test_data_parallel_steps_match_one_device():
 def test_tiny_data_parallel_run(tmp_path):
     """The whole --tiny run (training, evaluation, checkpoints, KV-cache sampling) with the batch
     split over every one of 4 host devices."""
-    env_flags = "--xla_force_host_platform_device_count=4"
     out = tmp_path / "dp"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=env_flags)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(EXAMPLE),
-            "--tiny",
-            "--steps",
-            "12",
-            "--eval-every",
-            "6",
-            "--data-parallel",
-            "0",
-            "--no-progress",
-            "--out",
-            str(out),
-        ],
+    stdout = run_example(
+        "--tiny",
+        "--steps",
+        "12",
+        "--eval-every",
+        "6",
+        "--data-parallel",
+        "0",
+        "--no-progress",
+        "--out",
+        str(out),
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        host_devices=4,
     )
-    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-4000:]}"
-    assert "x 4 (data parallel)" in proc.stdout, proc.stdout
+    assert "x 4 (data parallel)" in stdout, stdout
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["data_parallel_devices"] == 4
     assert len(metrics["train_loss"]) == 12 and np.all(np.isfinite(metrics["train_loss"]))
