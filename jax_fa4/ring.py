@@ -55,6 +55,7 @@ from jax_fa4.attention import attention
 from jax_fa4.ring_engine import (
     LAYOUTS,
     AxisName,
+    in_mesh_order,
     move_blocks,
     query_positions,
     ring_bwd,
@@ -250,9 +251,7 @@ _ring_core.defvjp(_ring_core_fwd, _ring_core_bwd)
 
 def _ring_size(axis_name: AxisName) -> int:
     """The ring size; a ValueError naming `axis_name` when it is not bound here, or when it is a
-    tuple of axes out of the mesh's order (jax.lax.axis_index numbers the devices in the tuple's
-    order, the block layout of P(None, axis_name) too, but jax.lax.ppermute reads its pairs in
-    the mesh's order: the ring would hand blocks to the wrong devices)."""
+    tuple of axes out of the mesh's order (:func:`jax_fa4.ring_engine.in_mesh_order`)."""
     try:
         n = int(jax.lax.axis_size(axis_name))
     except NameError as err:
@@ -263,7 +262,7 @@ def _ring_size(axis_name: AxisName) -> int:
         ) from err
     if isinstance(axis_name, tuple | list) and len(axis_name) > 1:
         order = tuple(getattr(jax.sharding.get_abstract_mesh(), "axis_names", ()) or ())
-        in_mesh = tuple(a for a in order if a in axis_name)
+        in_mesh = in_mesh_order(axis_name, order)
         if order and in_mesh != tuple(axis_name):
             raise ValueError(
                 f"ring_attention: axis_name={tuple(axis_name)!r} lists the mesh axes out of the "

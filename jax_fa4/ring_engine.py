@@ -231,6 +231,14 @@ def add_sinks(
     return o, total
 
 
+def in_mesh_order(axes: Sequence[str], mesh_axes: Sequence[str]) -> tuple[str, ...]:
+    """`axes` (ring axes, all in `mesh_axes`) in the mesh's order. A ring over several axes needs
+    them given in that order: jax.lax.axis_index numbers the devices (and P(None, axes) lays out
+    the blocks) in the order given, jax.lax.ppermute pairs them in the mesh's, so in another
+    order the ring would pass blocks to the wrong devices."""
+    return tuple(a for a in mesh_axes if a in axes)
+
+
 def _ring_setup(axis_name: AxisName) -> tuple[int, jax.Array]:
     """(ring size n, this device's index r)."""
     return int(jax.lax.axis_size(axis_name)), jax.lax.axis_index(axis_name)

@@ -199,10 +199,7 @@ def plan_for(
     if (variant and not variant_ring) or not usable(seq, used) or sq % size(seq):
         return Plan(batch, heads, kv_heads)
     n = size(seq)
-    # A ring over several axes needs them in the mesh's order: jax.lax.axis_index numbers the
-    # devices (and the spec lays out the blocks) in the spec's order, jax.lax.ppermute pairs them
-    # in the mesh's, so out of order the ring would pass blocks to the wrong devices.
-    ringable = list(seq) == [a for a in mesh_shape if a in seq]
+    ringable = seq == ring_engine.in_mesh_order(seq, list(mesh_shape))
     if causal or variant:
         if not ringable:
             return Plan(batch, heads, kv_heads)
