@@ -123,12 +123,24 @@ def _attention_core_bwd(
         if name != "sinks":
             extra_cts.append(None)
             continue
-        # rowsum(dO * O): [b, sq, hq] -> [b, hq, sq], in float32.
-        delta = jnp.einsum("bqhd,bqhd->bhq", do.astype(jnp.float32), o.astype(jnp.float32))
-        finite = jnp.isfinite(lse)
-        p_sink = jnp.exp(x[:, :, None] - jnp.where(finite, lse, 0.0))
-        extra_cts.append(jnp.sum(jnp.where(finite, p_sink * (dlse - delta), 0.0), axis=2))
+        extra_cts.append(sinks_cotangent(x, lse, o, do, dlse))
     return dq, dk, dv, tuple(extra_cts)
+
+
+def sinks_cotangent(
+    sinks: jax.Array, lse: jax.Array, o: jax.Array, do: jax.Array, dlse: jax.Array
+) -> jax.Array:
+    """The sinks' cotangent [b, hq] (float32) from the final lse [b, hq, sq] (which holds the
+    sink), o and do [b, sq, hq, d] and dlse [b, hq, sq]: ``sum_i exp(sink - lse_i) * (dlse_i -
+    rowsum(dO * O)_i)`` over the rows whose lse is finite (padding rows have lse -inf, no sink).
+    """
+    # rowsum(dO * O) in float32, [b, sq, hq] -> [b, hq, sq]: an elementwise product and a
+    # reduction over the head dim, which XLA fuses into one pass over dO and O (as a dot it may
+    # take a transposed float32 copy of both first).
+    delta = jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), axis=-1).transpose(0, 2, 1)
+    finite = jnp.isfinite(lse)
+    p_sink = jnp.exp(sinks[:, :, None] - jnp.where(finite, lse, 0.0))
+    return jnp.sum(jnp.where(finite, p_sink * (dlse - delta), 0.0), axis=2)
 
 
 _attention_core.defvjp(_attention_core_fwd, _attention_core_bwd)

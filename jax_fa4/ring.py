@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_fa4 import _compat
-from jax_fa4.attention import attention
+from jax_fa4.attention import attention, sinks_cotangent
 from jax_fa4.ring_engine import (
     LAYOUTS,
     AxisName,
@@ -238,10 +238,7 @@ def _ring_core_bwd(
     )
     d_sinks = None
     if sinks is not None:
-        delta = jnp.einsum("bqhd,bqhd->bhq", do.astype(jnp.float32), o.astype(jnp.float32))
-        finite = jnp.isfinite(lse)
-        p_sink = jnp.exp(sinks[:, :, None] - jnp.where(finite, lse, 0.0))
-        d_sinks = jnp.sum(jnp.where(finite, p_sink * (dlse - delta), 0.0), axis=2)
+        d_sinks = sinks_cotangent(sinks, lse, o, do, dlse)
     dq, dk, dv = move_blocks(axis, run, src, [(dq, 1), (dk, 1), (dv, 1)])
     return dq, dk, dv, (None, None, None, None), d_sinks
 
