@@ -23,8 +23,8 @@
 // unsorted segment ids, soft cap, sinks in the forward's lse, and all of them combined with GQA);
 // --no-variants skips it, --variants-only runs it alone. --window L,R (a bound >= 1073741824 is
 // unbounded), --lengths, --segments sorted|unsorted, --softcap C and --sinks apply one variant to
-// the dense / causal shape list instead. The persistent configuration runs dense and causal only,
-// so variant cases skip it.
+// the dense / causal shape list instead, and --window / --softcap to the --bench rows. The
+// persistent configuration runs dense and causal only, so variant cases skip it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -495,10 +495,13 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
 
 // Kernel-only timing of every selected target on the FA3 grid (bf16, 16k tokens, hidden 2048);
 // with_det adds each target's deterministic-mode row.
+// given: the band and soft cap the rows run (--window / --softcap; lengths, ids and sinks are not
+// timed). TFLOP/s still count the dense or causal pairs: compare the ms column.
 static void bench(const std::vector<int>& seqs, const std::vector<const Target*>& targets,
-                  const std::vector<int>& dims, bool with_det) {
+                  const std::vector<int>& dims, bool with_det, const Variant& given) {
   std::printf("\nkernel-only backward timing (preprocess + main + postprocess), FA3 grid (bf16, 16k tokens, "
-              "hidden 2048), median of 10; TFLOP/s with backward FLOPs = 2.5 x forward\n");
+              "hidden 2048), median of 10; TFLOP/s with backward FLOPs = 2.5 x forward; window (%d, %d), soft "
+              "cap %g\n", given.left, given.right, given.softcap);
   std::printf("%5s %7s %6s %6s %-18s %4s %10s %9s\n", "hd", "causal", "seq", "batch", "config", "det", "ms", "TFLOP/s");
   for (int d : dims) {
     for (int causal = 0; causal < 2; ++causal) {
@@ -521,6 +524,9 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Target*>
         CHECK_CUDA(cudaMemset(dlse, 0, hl.size() * 4));
         BwdProblem p{{b, s, s, h, h, d, Dtype::kBf16, 1.f / std::sqrt(float(d)), causal != 0},
                      q, k, v, o, lse, dout, dlse, dq, dk, dv, false};
+        p.variant.window_left = given.left;
+        p.variant.window_right = given.right;
+        p.variant.softcap = given.softcap;
         void* ws_mem;
         CHECK_CUDA(cudaMalloc(&ws_mem, fa4::hopper::bwd_workspace_bytes(p)));
         const BwdWorkspace ws = fa4::hopper::bwd_workspace_from(ws_mem, p);
@@ -531,7 +537,7 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Target*>
         warm_up([&] { return fa4::hopper::launch_bwd(p, ws, 0); });
         for (const Target* t : targets) {
           for (int det = 0; det < (with_det ? 2 : 1); ++det) {
-            if (!target_runs(*t, d, det != 0)) continue;
+            if (!target_runs(*t, d, det != 0, given.any())) continue;
             p.deterministic = det != 0;
             std::vector<float> ms;
             for (int it = 0; it < 13; ++it) {
@@ -752,6 +758,6 @@ int main(int argc, char** argv) {
                 "tolerance = %.3f\n",
                 total - failures, total, worst);
   }
-  if (do_bench) bench(seqs, targets, dims, det_bench);
+  if (do_bench) bench(seqs, targets, dims, det_bench, given);
   return failures == 0 ? 0 : 1;
 }

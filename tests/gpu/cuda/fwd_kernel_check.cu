@@ -16,6 +16,7 @@
 //                     path: few query rows per kv head, cache lengths, NaN past them in K and V)
 //   --decode-bench    kernel-only bandwidth of decode shapes, the library beside the hd128 kernel
 //   --decode-cells "b,sq,sk,hq,hkv,d;..."   the shapes --decode-bench times instead of its own
+//   --bench-window L,R, --bench-softcap C   the band and soft cap the --bench rows run
 //   --timeout-s N     a launch still running after N seconds (default 120) prints HANG with the
 //                     case and exits with code 4 (stdout is line-buffered, so the last line names it)
 // The variant cases (window bands, negative bands, query / key lengths, segment ids sorted and
@@ -442,8 +443,15 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   return failures;
 }
 
+// --bench-window L,R / --bench-softcap C: the variant the --bench rows run (the band and the cap
+// only: lengths and ids are device data the timing does not need). TFLOP/s then still count the
+// dense or causal pairs: compare the ms column.
+static int g_bench_left = kUnb, g_bench_right = kUnb;
+static float g_bench_softcap = 0.f;
+
 static void bench(const std::vector<int>& seqs, const std::vector<const Runner*>& runners, const std::vector<int>& dims) {
-  std::printf("\nkernel-only timing, FA3 grid (bf16, 16k tokens, hidden 2048), median of 20\n");
+  std::printf("\nkernel-only timing, FA3 grid (bf16, 16k tokens, hidden 2048), median of 20; window (%d, %d), "
+              "soft cap %g\n", g_bench_left, g_bench_right, g_bench_softcap);
   std::printf("%5s %7s %6s %6s %-18s %10s %9s %9s\n", "hd", "causal", "seq", "batch", "config", "ms", "TFLOP/s",
               "b2b TF/s");
   for (int d : dims) {
@@ -473,6 +481,9 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Runner*>
         p.v = v;
         p.o = o;
         p.lse = lse;
+        p.variant.window_left = g_bench_left;
+        p.variant.window_right = g_bench_right;
+        p.variant.softcap = g_bench_softcap;
         FwdScheduleParams sp;
         sp.section = g_params.section;  // one CTA per SM when timing
         cudaEvent_t e0, e1;
@@ -706,6 +717,15 @@ int main(int argc, char** argv) {
         at = end + 1;
       }
     }
+    if (!std::strcmp(argv[i], "--bench-window") && i + 1 < argc) {
+      const std::vector<int> w = parse_list(argv[++i]);
+      if (w.size() != 2) {
+        std::printf("--bench-window takes L,R\n");
+        return 2;
+      }
+      g_bench_left = std::min(w[0], kUnb), g_bench_right = std::min(w[1], kUnb);
+    }
+    if (!std::strcmp(argv[i], "--bench-softcap") && i + 1 < argc) g_bench_softcap = float(std::atof(argv[++i]));
     if (!std::strcmp(argv[i], "--timeout-s") && i + 1 < argc) g_timeout_s = std::atof(argv[++i]);
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = parse_list(argv[++i]);
@@ -869,6 +889,8 @@ int main(int argc, char** argv) {
         {6, 4, 1000, 6, 3, 0, true, true, 0.f, var_of(64, 0, 1, 0, 20.f, true)},
         {2, 3, 900, 4, 2, 0, true, false, 0.f, var_of(kUnb, kUnb, 0, 1, 0.f, false)},
         {6, 1, 5000, 2, 2, 0, true, true, 0.f, var_of(1000, 0, 2, 0, 0.f, true)},
+        // No GQA, 128 (batch, head) pairs of one row tile: decode_plan keeps the decode kernel.
+        {8, 1, 1500, 16, 16, 0, true, true, 0.f, var_of(kUnb, kUnb, 2, 0, 0.f, false)},
         // More than 16 rows: the head dim's larger tile (24 rows: one partial tile at hd64 / hd128;
         // 40 rows: two tiles at hd128, three at hd256).
         {3, 3, 2500, 8, 1, 0, true, true, 0.f, var_of(kUnb, kUnb, 2, 0, 0.f, false)},
