@@ -235,6 +235,12 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
 // the packing on the packed halves of P and dS (S^T and dP^T are dead by then, so the test's
 // registers do not compete with them; in the float registers it spilled). One copy of the float
 // code serves masked and unmasked steps; this pass follows it on masked ones.
+//
+// Band and lengths: the queries that see key j are one contiguous range, [row_lo(j), row_hi(j))
+// (none for a key past kv_len; padding rows lie past row_hi), so each of the thread's two key rows
+// keeps the columns c of that range, relative to query0, by one unsigned compare against its
+// width: the same test per element as the causal select. Segment ids add the id compare per
+// element, in a rolled loop that loads the query ids.
 template <class Cfg, int NS>
 __device__ __forceinline__ void bwd_variant_mask_pds(uint32_t (&pf)[NS / 4], uint32_t (&dsf)[NS / 4],
                                                      const BwdArgs& args, int key_row0, int query0, uint8_t* smem) {
@@ -245,40 +251,54 @@ __device__ __forceinline__ void bwd_variant_mask_pds(uint32_t (&pf)[NS / 4], uin
   // The batch entry's mask, rebuilt here from the warp's shared copy (kept live across the main
   // loop it would cost the consumers a dozen registers they do not have).
   const TileMask<K> mask = bwd_variant_mask<Cfg>(smem, args);
-  // This thread's two key rows (their ids when the problem has segment ids).
-  const bool seg = mask.q_ids != nullptr;
-  int kid[2] = {0, 0};
-  if (seg) {
+  // Per key row i: the visible columns are [first[i], first[i] + width[i]) relative to query0.
+  int first[2];
+  uint32_t width[2];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) kid[i] = __ldg(mask.kv_ids + min(key_row0 + 8 * i, args.seq_k - 1));
+  for (int i = 0; i < 2; ++i) {
+    const int key = key_row0 + 8 * i;
+    const bool real = key < mask.kv_len;
+    const int lo = real ? mask.row_lo(key) : 0;
+    const int hi = real ? mask.row_hi(key) : 0;
+    first[i] = lo - query0;
+    width[i] = uint32_t(max(hi - lo, 0));
   }
+  auto in_band = [&](int col, int i) { return uint32_t(col - first[i]) < width[i]; };
+  auto keep_of = [](bool lo, bool hi) { return (lo ? 0x0000ffffu : 0u) | (hi ? 0xffff0000u : 0u); };
+  if (mask.q_ids == nullptr) {
+    // Pair k = 2j + i holds columns 8j and 8j + 1 of key row i.
+#pragma unroll
+    for (int k = 0; k < NS / 4; ++k) {
+      const int j = k / 2, i = k % 2;
+      const uint32_t keep = keep_of(in_band(8 * j, i), in_band(8 * j + 1, i));
+      pf[k] &= keep;
+      dsf[k] &= keep;
+    }
+    return;
+  }
+  // This thread's two key rows' ids.
+  int kid[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) kid[i] = __ldg(mask.kv_ids + min(key_row0 + 8 * i, args.seq_k - 1));
   // Visibility bits, element 4j + 2i + e, from a rolled loop (unrolled, the scheduler hoisted
-  // every column's loads and bounds at once and the consumers spilled), then applied to the
-  // packed halves.
+  // every column's loads at once and the consumers spilled), then applied to the packed halves.
   using Bits = std::conditional_t<(NS / 2 > 32), uint64_t, uint32_t>;
   Bits vis = 0;
 #pragma unroll 1
   for (int j = 0; j < NS / 8; ++j) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int query = query0 + 8 * j + e;
-      // The keys [lo, hi) this query sees by band and lengths (none for a padding row).
-      const int lo = mask.key_lo(query);
-      const int hi = query < mask.q_len ? mask.key_hi(query) : 0;
-      const int qid = seg ? __ldg(mask.q_ids + min(query, args.seq_q - 1)) : 0;
+      const int qid = __ldg(mask.q_ids + min(query0 + 8 * j + e, args.seq_q - 1));
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int key = key_row0 + 8 * i;
-        const bool visible = key >= lo && key < hi && kid[i] == qid;
+        const bool visible = in_band(8 * j + e, i) && kid[i] == qid;
         vis |= Bits(visible ? 1 : 0) << (4 * j + 2 * i + e);
       }
     }
   }
 #pragma unroll
   for (int k = 0; k < NS / 4; ++k) {
-    const uint32_t lo_keep = 0u - uint32_t((vis >> (2 * k)) & 1);
-    const uint32_t hi_keep = 0u - uint32_t((vis >> (2 * k + 1)) & 1);
-    const uint32_t keep = (lo_keep & 0x0000ffffu) | (hi_keep & 0xffff0000u);
+    const uint32_t keep = keep_of((vis >> (2 * k)) & 1, (vis >> (2 * k + 1)) & 1);
     pf[k] &= keep;
     dsf[k] &= keep;
   }
