@@ -378,6 +378,8 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
   auto scores_to_ds = [&](int m0, int stage, int step) {
     bool need_mask;
     if constexpr (K == MaskKind::kVariant) {
+      // From lane 0: the warp's facts are one copy, and a uniform branch keeps the unmasked
+      // path free of the divergence bookkeeping.
       need_mask = bwd_variant_needs_mask<Cfg>(smem, m0, args.seq_q);
     } else {
       need_mask = n0 + Cfg::block_n() > args.seq_k ||
@@ -460,13 +462,7 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
 
     // Group D: the next step's dP^T (dO has advanced to its stage).
     issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0, has_next);
-    if constexpr (K == MaskKind::kVariant) {
-      // The range from the warp's shared copy: the narrowed range cannot be recomputed from the
-      // kernel arguments as dense / causal's is, and two more live registers spilled.
-      if (++m == bwd_variant_slot<Cfg>(smem)->m_end) m = bwd_variant_slot<Cfg>(smem)->m_begin;
-    } else {
-      if (++m == m_end) m = m_begin;
-    }
+    if (++m == m_end) m = m_begin;
     if (has_next) {
       scores_to_ds(m * BM, q.pipe.stage, step + 1);
     } else {

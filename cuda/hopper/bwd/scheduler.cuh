@@ -46,6 +46,12 @@ __device__ __forceinline__ void bwd_query_blocks(const BwdArgs& args, int batch,
   if constexpr (K == MaskKind::kVariant) {
     const TileMask<MaskKind::kVariant> mask(args.mask, batch);
     bwd_variant_query_blocks<Cfg>(mask, !args.deterministic, n0, m_begin, m_end);
+    // From lane 0, so the compiler knows the range is warp-uniform (every caller is a whole warp
+    // with one tile): the consumers' step loop, its shared-memory addresses and the wgmma
+    // descriptors then stay on the uniform datapath (per thread they cost hd128 ~110
+    // instructions and four spills a step).
+    *m_begin = __shfl_sync(0xffffffffu, *m_begin, 0);
+    *m_end = __shfl_sync(0xffffffffu, *m_end, 0);
   } else {
     *m_end = (args.seq_q + Cfg::block_m() - 1) / Cfg::block_m();
     *m_begin = AttentionMask<K == MaskKind::kCausal>{args.seq_q, args.seq_k}.query_block_begin(n0, Cfg::block_m());
