@@ -7,8 +7,7 @@ window, soft cap and sinks. tests/gpu/test_decode_cuda.py runs the same cases on
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from tests.test_variants import check_variant
+from test_variants import check_variant
 
 # b, sq, sk, hq, hkv, d, dv.
 SHAPES = [
