@@ -17,4 +17,13 @@ namespace fa4::hopper {
 std::string make_bshd_tensor_map(CUtensorMap* map, const void* base, bool is_bf16, int64_t batch,
                                  int64_t seq, int64_t heads, int64_t head_dim, int box_rows);
 
+// The same tensor, read in boxes of whole rows: a 5-D map (64 columns, seq, head_dim / 64 pieces,
+// heads, batch) whose one box (64, box_rows, every piece, 1, 1) lands as the boxes of
+// make_bshd_tensor_map for each 64-column piece side by side ([piece][row][64], 128-byte swizzle).
+// l2_promotion_bytes (0, 64, 128 or 256) is how much the L2 fetches from DRAM per request: a
+// stream read once wants at most its 128-byte lines (the decode kernel at 256 bytes streamed 7%
+// slower).
+std::string make_bshd_rows_tensor_map(CUtensorMap* map, const void* base, bool is_bf16, int64_t batch, int64_t seq,
+                                      int64_t heads, int64_t head_dim, int box_rows, int l2_promotion_bytes);
+
 }  // namespace fa4::hopper

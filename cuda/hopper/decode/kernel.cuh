@@ -29,9 +29,9 @@
 
 namespace fa4::hopper {
 
-// One decode configuration's geometry (head dim, rows per CTA); every size and offset derives
-// from it.
-template <int HeadDim, int Rows>
+// One decode configuration's geometry (head dim, rows per CTA, resident CTAs per SM); every size
+// and offset derives from it.
+template <int HeadDim, int Rows, int CtasPerSm>
 struct DecodeTile {
   static constexpr int head_dim() { return HeadDim; }
   static constexpr int block_n() { return kDecodeBlockN; }
@@ -41,7 +41,7 @@ struct DecodeTile {
   static constexpr int m_tiles() { return rows() / 16; }
   static constexpr int threads() { return 32 * (consumer_warps() + 1); }
   static constexpr int chunks() { return HeadDim / 64; }
-  static constexpr int ctas_per_sm() { return decode_ctas_per_sm(HeadDim, Rows); }
+  static constexpr int ctas_per_sm() { return CtasPerSm; }
   // K + V loads in flight per SM, split between its resident CTAs' stages.
   static constexpr uint32_t inflight_bytes_per_sm() { return 192u * 1024u; }
   static constexpr int stages() { return int(inflight_bytes_per_sm() / ctas_per_sm() / (2 * kv_tile_bytes())); }
@@ -72,6 +72,8 @@ struct DecodeTile {
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
   static_assert(smem_bytes() * ctas_per_sm() <= 233472, "the resident CTAs fit in an SM's shared memory");
   static_assert(stages() >= 2, "at least two stages in flight");
+  static_assert(CtasPerSm >= 1 && CtasPerSm <= decode_max_ctas_per_sm(HeadDim, Rows),
+                "the tile's registers allow this many resident CTAs");
 };
 
 struct DecodeArgs {
@@ -157,11 +159,11 @@ __global__ void __launch_bounds__(Cfg::threads(), Cfg::ctas_per_sm())
         const int s = it % S;
         if (it >= S) mbarrier_wait(&empty[s], ((it / S) - 1) & 1);
         mbarrier_arrive_expect_tx(&full[s], 2 * Cfg::kv_tile_bytes());
+        // One box of whole rows each (make_bshd_rows_tensor_map): the 64-column pieces land side
+        // by side, as sw128_offset reads them.
         const int key0 = (range.b0 + it) * kDecodeBlockN;
-        for (int c = 0; c < Cfg::chunks(); ++c) {
-          tma_load_4d(smem + Cfg::k_offset(s) + c * Cfg::chunk_bytes_kv(), &tm_k, &full[s], c * 64, key0, hkv, b);
-          tma_load_4d(smem + Cfg::v_offset(s) + c * Cfg::chunk_bytes_kv(), &tm_v, &full[s], c * 64, key0, hkv, b);
-        }
+        tma_load_5d(smem + Cfg::k_offset(s), &tm_k, &full[s], 0, key0, 0, hkv, b);
+        tma_load_5d(smem + Cfg::v_offset(s), &tm_v, &full[s], 0, key0, 0, hkv, b);
       }
     }
     return;
@@ -457,8 +459,10 @@ __global__ void __launch_bounds__(128) decode_combine(const DecodeArgs a) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {  // in split order
       wsum += w[u];
+      // A split whose keys this row does not see (weight 0) adds nothing by select, not by a
+      // product with 0: its partial may hold NaN from a V row only other rows of its tile see.
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) acc[c] += w[u] * x[u][c];
+      for (int c = 0; c < kCols; ++c) acc[c] += w[u] > 0.f ? w[u] * x[u][c] : 0.f;
     }
   }
   const float lse2 = wsum > 0.f ? base + log2f(wsum) : -INFINITY;

@@ -21,10 +21,10 @@ constexpr int decode_max_rows_per_cta(int64_t head_dim) { return head_dim == 64 
 constexpr int decode_rows_per_cta(int64_t head_dim, int64_t rows) {
   return rows <= 16 ? 16 : decode_max_rows_per_cta(head_dim);
 }
-// Resident CTAs per SM: two when the output accumulator (rows / 16 x head_dim / 2 float32
-// registers per thread) is at most 64 registers, so that each SM streams from two CTAs; one
-// otherwise (it then holds twice the stages).
-constexpr int decode_ctas_per_sm(int64_t head_dim, int rows_per_cta) {
+// The most resident CTAs per SM a tile allows: two when the output accumulator (rows / 16 x
+// head_dim / 2 float32 registers per thread) is at most 64 registers, one otherwise. Every SM holds
+// the same bytes of loads in flight either way (one CTA holds twice the stages).
+constexpr int decode_max_ctas_per_sm(int64_t head_dim, int rows_per_cta) {
   return rows_per_cta / 16 * head_dim / 2 <= 64 ? 2 : 1;
 }
 
@@ -66,6 +66,7 @@ struct DecodePlan {
   int rows_per_cta = 0;  // decode_rows_per_cta(head_dim, rows)
   int row_tiles = 0;     // ceil(rows / rows_per_cta)
   int splits = 0;        // CTAs over one pair's key range
+  int ctas_per_sm = 0;   // resident CTAs per SM the kernel is built for (1 or 2)
 };
 
 // The decode kernel's cut of a problem it can run (use = false when it cannot: more than
@@ -83,7 +84,14 @@ inline DecodePlan decode_tiling(int64_t batch, int64_t seq_q, int64_t seq_k, int
   plan.row_tiles = int((rows + plan.rows_per_cta - 1) / plan.rows_per_cta);
   const int64_t pairs = batch * heads_kv * plan.row_tiles;
   const int64_t blocks = (seq_k + kDecodeBlockN - 1) / kDecodeBlockN;
-  plan.splits = int(decode_split_count(pairs, blocks, kDecodeSms * decode_ctas_per_sm(head_dim, plan.rows_per_cta)));
+  // One CTA per SM where that cut is one wave of one CTA per pair, with no combine (16 x 8192
+  // 32/8 streams 4,010 GB/s so against 3,895 with two CTAs per SM, two splits and the combine);
+  // otherwise the most the tile allows (more, shorter splits balance the SMs better: 64 x 4096
+  // 32/8 and 1 x 131072 32/8 lose 1-2.5% at one CTA per SM).
+  plan.ctas_per_sm = decode_max_ctas_per_sm(head_dim, plan.rows_per_cta);
+  if (plan.ctas_per_sm > 1 && pairs <= kDecodeSms && decode_split_count(pairs, blocks, kDecodeSms) == 1)
+    plan.ctas_per_sm = 1;
+  plan.splits = int(decode_split_count(pairs, blocks, kDecodeSms * plan.ctas_per_sm));
   return plan;
 }
 

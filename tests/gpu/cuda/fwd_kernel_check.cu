@@ -551,8 +551,8 @@ static void decode_bench() {
                                    {4, 8, 16384, 32, 8, 64}};
   if (!g_decode_cells.empty()) cells = g_decode_cells;
   std::printf("\ndecode bandwidth (GB/s, kernel only, chains of 20, median of 3)\n");
-  std::printf("%4s %4s %7s %4s %4s %4s %6s %5s %10s %10s %10s %10s\n", "b", "sq", "sk", "hq", "hkv", "d", "splits",
-              "rows", "us", "library", "decode", "one-tile");
+  std::printf("%4s %4s %7s %4s %4s %4s %6s %5s %4s %10s %10s %10s %10s %10s\n", "b", "sq", "sk", "hq", "hkv", "d",
+              "splits", "rows", "/SM", "us", "library", "decode", "one-tile", "2 CTAs/SM");
   for (const DecodeCell& c : cells) {
     const int d = c.d;
     const size_t nq = size_t(c.b) * c.sq * c.hq * d, nk = size_t(c.b) * c.sk * c.hkv * d;
@@ -586,18 +586,32 @@ static void decode_bench() {
     p.variant.kv_lengths = lens;
     p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
     const auto tiling = fa4::hopper::decode_tiling(c.b, c.sq, c.sk, c.hq, c.hkv, d);
-    const size_t ws_bytes = std::max(fa4::hopper::fwd_workspace_bytes(c.b, c.sq, c.sk, c.hq, c.hkv, d),
-                                     fa4::hopper::decode_workspace_bytes(tiling, c.b, c.hkv, d));
+    // The plan's other residency where the tile allows two CTAs per SM and the plan took one: the
+    // same cut at two, with the wave model's split count for 2 x 132 slots.
+    auto other = tiling;
+    const bool has_other = tiling.use && tiling.ctas_per_sm == 1 &&
+                           fa4::hopper::decode_max_ctas_per_sm(d, tiling.rows_per_cta) == 2;
+    if (has_other) {
+      other.ctas_per_sm = 2;
+      other.splits = int(fa4::hopper::decode_split_count(int64_t(c.b) * c.hkv * tiling.row_tiles,
+                                                         (c.sk + fa4::hopper::kDecodeBlockN - 1) / fa4::hopper::kDecodeBlockN,
+                                                         2 * fa4::hopper::kDecodeSms));
+    }
+    const size_t ws_bytes = std::max({fa4::hopper::fwd_workspace_bytes(c.b, c.sq, c.sk, c.hq, c.hkv, d),
+                                      fa4::hopper::decode_workspace_bytes(tiling, c.b, c.hkv, d),
+                                      fa4::hopper::decode_workspace_bytes(other, c.b, c.hkv, d)});
     if (ws_bytes) CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
     p.workspace = ws;
     p.workspace_bytes = ws_bytes;
     const double bytes = 2.0 * (nq * 2) + 2.0 * (nk * 2);
-    double us[3] = {0, 0, 0};
-    for (int which = 0; which < 3; ++which) {
+    double us[4] = {0, 0, 0, 0};
+    for (int which = 0; which < 4; ++which) {
       if (which == 1 && !tiling.use) continue;
+      if (which == 3 && !has_other) continue;
       auto launch = [&]() -> std::string {
         if (which == 0) return fa4::hopper::launch_fwd(p, 0);
         if (which == 1) return fa4::hopper::launch_decode(p, tiling, 0);
+        if (which == 3) return fa4::hopper::launch_decode(p, other, 0);
         if (d == 64) return fa4::hopper::launch_fwd_config<fa4::hopper::FwdHd64>(p, 0);
         if (d == 128) return fa4::hopper::launch_fwd_config<fa4::hopper::FwdHd128>(p, 0);
         return fa4::hopper::launch_fwd_config<fa4::hopper::FwdHd256>(p, 0);
@@ -627,9 +641,9 @@ static void decode_bench() {
       cudaEventDestroy(e1);
     }
     auto gbps = [&](double t) { return t > 0 ? bytes / t / 1e3 : 0.0; };
-    std::printf("%4d %4d %7d %4d %4d %4d %6d %5d %10.1f %10.0f %10.0f %10.0f\n", c.b, c.sq, c.sk, c.hq, c.hkv, d,
-                tiling.use ? tiling.splits : 0, tiling.use ? tiling.rows_per_cta : 0, us[0], gbps(us[0]), gbps(us[1]),
-                gbps(us[2]));
+    std::printf("%4d %4d %7d %4d %4d %4d %6d %5d %4d %10.1f %10.0f %10.0f %10.0f %10.0f\n", c.b, c.sq, c.sk, c.hq,
+                c.hkv, d, tiling.use ? tiling.splits : 0, tiling.use ? tiling.rows_per_cta : 0,
+                tiling.use ? tiling.ctas_per_sm : 0, us[0], gbps(us[0]), gbps(us[1]), gbps(us[2]), gbps(us[3]));
     std::fflush(stdout);
     cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse); cudaFree(lens);
     if (ws) cudaFree(ws);
