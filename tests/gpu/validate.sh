@@ -18,7 +18,9 @@
 # build with -DFA4_BWD_RELEASE_EVERY_THREAD=1) built with NVCC_FLAGS below (the
 # harness build is then skipped). TESTS_CAP (default 420 s) bounds the pytest stage; TESTS_ARGS (default tests/gpu) picks what it runs, so
 # a run can be split over two device calls (tests/gpu took 440 s with 16 workers on the H200, and
-# about twice that with 8: the fuzz's float64 oracle is CPU-bound). STAGES (default "install harness tests
+# about twice that with 8: the fuzz's float64 oracle is CPU-bound; but at 16 workers the whole
+# suite ran the GPU out of memory: the oracle's jit allocates 6-8 GB on the GPU for the largest
+# fuzz cases and every worker keeps its peak, so PYTEST_WORKERS stays at 12). STAGES (default "install harness tests
 # sanitize"), BUDGET (default 570), OUT (default
 # /tmp/validate). $OUT/summary.txt has the timeline and verdicts; the logs go beside it.
 set -o pipefail
