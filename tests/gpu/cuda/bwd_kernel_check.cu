@@ -23,7 +23,8 @@
 // unsorted segment ids, soft cap, sinks in the forward's lse, and all of them combined with GQA);
 // --no-variants skips it, --variants-only runs it alone. --window L,R (a bound >= 1073741824 is
 // unbounded), --lengths, --segments sorted|unsorted, --softcap C and --sinks apply one variant to
-// the dense / causal shape list instead, and --window / --softcap to the --bench rows. The
+// the dense / causal shape list instead, and --window / --softcap to the --bench rows; --bench-docs
+// N packs the --bench rows with N equal documents (sorted segment ids). The
 // persistent configuration runs dense and causal only, so variant cases skip it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -73,6 +74,8 @@ static const Target kTargets[] = {
 // Schedule overrides (-1: the heuristics' choice).
 static int g_lpt = -1;
 static int g_max_ctas = 0;
+// --bench-docs N: the --bench rows packed with N equal documents per row (sorted segment ids).
+static int g_bench_docs = 0;
 
 static std::string launch_target(const Target& t, const BwdProblem& p, const BwdWorkspace& ws) {
   if (!t.launch) return fa4::hopper::launch_bwd(p, ws, 0);
@@ -126,22 +129,6 @@ struct VariantInputs {
   std::vector<float> sinks;                // [hq]
 };
 
-static std::vector<int32_t> chunk_ranges(const std::vector<int32_t>& ids, int b, int s) {
-  const int chunks = (s + 63) / 64;
-  std::vector<int32_t> r(size_t(b) * chunks * 2);
-  for (int bb = 0; bb < b; ++bb)
-    for (int c = 0; c < chunks; ++c) {
-      int mn = INT32_MAX, mx = INT32_MIN;
-      for (int i = 64 * c; i < std::min(s, 64 * c + 64); ++i) {
-        mn = std::min(mn, ids[size_t(bb) * s + i]);
-        mx = std::max(mx, ids[size_t(bb) * s + i]);
-      }
-      r[(size_t(bb) * chunks + c) * 2] = mn;
-      r[(size_t(bb) * chunks + c) * 2 + 1] = mx;
-    }
-  return r;
-}
-
 static VariantInputs make_variant_inputs(const Case& c, std::mt19937_64& rng) {
   VariantInputs in;
   if (c.v.lengths) {
@@ -187,8 +174,8 @@ static VariantInputs make_variant_inputs(const Case& c, std::mt19937_64& rng) {
     } else {
       ids(c.sk, in.kv_ids, c.v.segments == 1 ? seed : rng());
     }
-    in.q_rng = chunk_ranges(in.q_ids, c.b, c.sq);
-    in.kv_rng = chunk_ranges(in.kv_ids, c.b, c.sk);
+    in.q_rng = segment_chunk_ranges(in.q_ids, c.b, c.sq);
+    in.kv_rng = segment_chunk_ranges(in.kv_ids, c.b, c.sk);
   }
   if (c.v.sinks) {
     std::normal_distribution<float> nd(0.f, 1.f);
@@ -495,13 +482,14 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
 
 // Kernel-only timing of every selected target on the FA3 grid (bf16, 16k tokens, hidden 2048);
 // with_det adds each target's deterministic-mode row.
-// given: the band and soft cap the rows run (--window / --softcap; lengths, ids and sinks are not
-// timed). TFLOP/s still count the dense or causal pairs: compare the ms column.
+// given: the band and soft cap the rows run (--window / --softcap; lengths and sinks are not
+// timed), g_bench_docs the documents per row (--bench-docs). TFLOP/s still count the dense or
+// causal pairs of the whole row: compare the ms column.
 static void bench(const std::vector<int>& seqs, const std::vector<const Target*>& targets,
                   const std::vector<int>& dims, bool with_det, const Variant& given) {
   std::printf("\nkernel-only backward timing (preprocess + main + postprocess), FA3 grid (bf16, 16k tokens, "
               "hidden 2048), median of 10; TFLOP/s with backward FLOPs = 2.5 x forward; window (%d, %d), soft "
-              "cap %g\n", given.left, given.right, given.softcap);
+              "cap %g, %d documents per row\n", given.left, given.right, given.softcap, g_bench_docs);
   std::printf("%5s %7s %6s %6s %-18s %4s %10s %9s\n", "hd", "causal", "seq", "batch", "config", "det", "ms", "TFLOP/s");
   for (int d : dims) {
     for (int causal = 0; causal < 2; ++causal) {
@@ -527,6 +515,19 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Target*>
         p.variant.window_left = given.left;
         p.variant.window_right = given.right;
         p.variant.softcap = given.softcap;
+        std::vector<void*> id_mem;  // packed documents: ids (q and kv alike) and their chunk ranges
+        if (g_bench_docs > 0) {
+          const std::vector<int32_t> ids = packed_document_ids(b, s, g_bench_docs);
+          const std::vector<int32_t> rng = segment_chunk_ranges(ids, b, s);
+          for (const std::vector<int32_t>* hv : {&ids, &rng}) {
+            void* ptr;
+            CHECK_CUDA(cudaMalloc(&ptr, hv->size() * 4));
+            CHECK_CUDA(cudaMemcpy(ptr, hv->data(), hv->size() * 4, cudaMemcpyHostToDevice));
+            id_mem.push_back(ptr);
+          }
+          p.variant.q_segment_ids = p.variant.kv_segment_ids = static_cast<const int32_t*>(id_mem[0]);
+          p.variant.q_segment_ranges = p.variant.kv_segment_ranges = static_cast<const int32_t*>(id_mem[1]);
+        }
         void* ws_mem;
         CHECK_CUDA(cudaMalloc(&ws_mem, fa4::hopper::bwd_workspace_bytes(p)));
         const BwdWorkspace ws = fa4::hopper::bwd_workspace_from(ws_mem, p);
@@ -537,7 +538,7 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Target*>
         warm_up([&] { return fa4::hopper::launch_bwd(p, ws, 0); });
         for (const Target* t : targets) {
           for (int det = 0; det < (with_det ? 2 : 1); ++det) {
-            if (!target_runs(*t, d, det != 0, given.any())) continue;
+            if (!target_runs(*t, d, det != 0, given.any() || g_bench_docs > 0)) continue;
             p.deterministic = det != 0;
             std::vector<float> ms;
             for (int it = 0; it < 13; ++it) {
@@ -563,6 +564,7 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Target*>
         }
         for (void* ptr : {q, k, v, o, dout, dq, dk, dv, static_cast<void*>(lse), static_cast<void*>(dlse), ws_mem})
           cudaFree(ptr);
+        for (void* ptr : id_mem) cudaFree(ptr);
       }
     }
   }
@@ -652,6 +654,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
     // Persistent configurations: cap the grid so even small cases run many tiles per CTA.
     else if (!std::strcmp(argv[i], "--max-ctas") && i + 1 < argc) g_max_ctas = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--bench-docs") && i + 1 < argc) g_bench_docs = std::max(0, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--lpt") && i + 1 < argc) g_lpt = std::atoi(argv[++i]) != 0 ? 1 : 0;
     else if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = int_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--timeout") && i + 1 < argc) g_timeout_s = std::max(1, std::atoi(argv[++i]));

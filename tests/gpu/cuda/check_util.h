@@ -6,12 +6,17 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
+
+#include "hopper/common/problem.h"
 
 // Exit code 2 on a CUDA error: the run scripts read it as "the kernel faulted", not "wrong numbers".
 #define CHECK_CUDA(x)                                                                      \
@@ -61,4 +66,34 @@ static inline void warm_up(Launch&& launch, int ms = 300) {
     }
     CHECK_CUDA(cudaDeviceSynchronize());
   }
+}
+
+// The (min, max) id of every kSegmentChunk-row chunk of segment ids [batch, seq]: the range arrays
+// the kernels skip blocks between documents with (common/problem.h; the CUDA lowering computes
+// them the same way), [batch, ceil(seq / kSegmentChunk), 2].
+static inline std::vector<int32_t> segment_chunk_ranges(const std::vector<int32_t>& ids, int batch, int seq) {
+  constexpr int kChunk = fa4::hopper::kSegmentChunk;
+  const int chunks = (seq + kChunk - 1) / kChunk;
+  std::vector<int32_t> r(size_t(batch) * chunks * 2);
+  for (int b = 0; b < batch; ++b)
+    for (int c = 0; c < chunks; ++c) {
+      int mn = INT32_MAX, mx = INT32_MIN;
+      for (int i = c * kChunk; i < std::min(seq, (c + 1) * kChunk); ++i) {
+        mn = std::min(mn, ids[size_t(b) * seq + i]);
+        mx = std::max(mx, ids[size_t(b) * seq + i]);
+      }
+      r[(size_t(b) * chunks + c) * 2] = mn;
+      r[(size_t(b) * chunks + c) * 2 + 1] = mx;
+    }
+  return r;
+}
+
+// Segment ids [batch, seq] of rows packed with `docs` documents of seq / docs positions each (the
+// last one takes the remainder): document d holds id d, so the ids are non-decreasing.
+static inline std::vector<int32_t> packed_document_ids(int batch, int seq, int docs) {
+  std::vector<int32_t> ids(size_t(batch) * seq);
+  const int len = std::max(1, seq / std::max(1, docs));
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < seq; ++i) ids[size_t(b) * seq + i] = std::min(i / len, docs - 1);
+  return ids;
 }

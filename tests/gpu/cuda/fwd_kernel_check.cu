@@ -17,6 +17,7 @@
 //   --decode-bench    kernel-only bandwidth of decode shapes, the library beside the hd128 kernel
 //   --decode-cells "b,sq,sk,hq,hkv,d;..."   the shapes --decode-bench times instead of its own
 //   --bench-window L,R, --bench-softcap C   the band and soft cap the --bench rows run
+//   --bench-docs N    the --bench rows packed with N equal documents per row (sorted segment ids)
 //   --timeout-s N     a launch still running after N seconds (default 120) prints HANG with the
 //                     case and exits with code 4 (stdout is line-buffered, so the last line names it)
 // The variant cases (window bands, negative bands, query / key lengths, segment ids sorted and
@@ -159,23 +160,6 @@ struct VariantData {
   std::vector<float> sinks;
 };
 
-// The (min, max) id of every 64-row chunk of ids [batch, seq] (common/problem.h).
-static std::vector<int32_t> segment_ranges(const std::vector<int32_t>& ids, int batch, int seq) {
-  const int chunks = (seq + fa4::hopper::kSegmentChunk - 1) / fa4::hopper::kSegmentChunk;
-  std::vector<int32_t> r(size_t(batch) * chunks * 2);
-  for (int b = 0; b < batch; ++b)
-    for (int c = 0; c < chunks; ++c) {
-      int mn = INT32_MAX, mx = INT32_MIN;
-      for (int i = c * fa4::hopper::kSegmentChunk; i < std::min(seq, (c + 1) * fa4::hopper::kSegmentChunk); ++i) {
-        mn = std::min(mn, ids[size_t(b) * seq + i]);
-        mx = std::max(mx, ids[size_t(b) * seq + i]);
-      }
-      r[(size_t(b) * chunks + c) * 2] = mn;
-      r[(size_t(b) * chunks + c) * 2 + 1] = mx;
-    }
-  return r;
-}
-
 static VariantData make_variant(const Case& c, std::mt19937_64& rng) {
   VariantData vd;
   const Variant& v = c.var;
@@ -224,8 +208,8 @@ static VariantData make_variant(const Case& c, std::mt19937_64& rng) {
     } else {
       vd.kv_ids = ids(c.sk);
     }
-    vd.q_ranges = segment_ranges(vd.q_ids, c.b, c.sq);
-    vd.kv_ranges = segment_ranges(vd.kv_ids, c.b, c.sk);
+    vd.q_ranges = segment_chunk_ranges(vd.q_ids, c.b, c.sq);
+    vd.kv_ranges = segment_chunk_ranges(vd.kv_ids, c.b, c.sk);
   }
   if (v.sinks) {
     std::normal_distribution<float> nd(0.f, 2.f);
@@ -448,10 +432,13 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
 // dense or causal pairs: compare the ms column.
 static int g_bench_left = kUnb, g_bench_right = kUnb;
 static float g_bench_softcap = 0.f;
+// --bench-docs N: the --bench rows packed with N equal documents per row (sorted segment ids).
+static int g_bench_docs = 0;
 
 static void bench(const std::vector<int>& seqs, const std::vector<const Runner*>& runners, const std::vector<int>& dims) {
   std::printf("\nkernel-only timing, FA3 grid (bf16, 16k tokens, hidden 2048), median of 20; window (%d, %d), "
-              "soft cap %g\n", g_bench_left, g_bench_right, g_bench_softcap);
+              "soft cap %g, %d documents per row (TFLOP/s count the whole row's pairs)\n", g_bench_left,
+              g_bench_right, g_bench_softcap, g_bench_docs);
   std::printf("%5s %7s %6s %6s %-18s %10s %9s %9s\n", "hd", "causal", "seq", "batch", "config", "ms", "TFLOP/s",
               "b2b TF/s");
   for (int d : dims) {
@@ -484,6 +471,19 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Runner*>
         p.variant.window_left = g_bench_left;
         p.variant.window_right = g_bench_right;
         p.variant.softcap = g_bench_softcap;
+        std::vector<void*> id_mem;  // packed documents: ids (q and kv alike) and their chunk ranges
+        if (g_bench_docs > 0) {
+          const std::vector<int32_t> ids = packed_document_ids(b, s, g_bench_docs);
+          const std::vector<int32_t> rng = segment_chunk_ranges(ids, b, s);
+          for (const std::vector<int32_t>* hv : {&ids, &rng}) {
+            void* ptr;
+            CHECK_CUDA(cudaMalloc(&ptr, hv->size() * 4));
+            CHECK_CUDA(cudaMemcpy(ptr, hv->data(), hv->size() * 4, cudaMemcpyHostToDevice));
+            id_mem.push_back(ptr);
+          }
+          p.variant.q_segment_ids = p.variant.kv_segment_ids = static_cast<const int32_t*>(id_mem[0]);
+          p.variant.q_segment_ranges = p.variant.kv_segment_ranges = static_cast<const int32_t*>(id_mem[1]);
+        }
         FwdScheduleParams sp;
         sp.section = g_params.section;  // one CTA per SM when timing
         cudaEvent_t e0, e1;
@@ -530,6 +530,7 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Runner*>
           std::fflush(stdout);
         }
         cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse);
+        for (void* ptr : id_mem) cudaFree(ptr);
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
       }
@@ -740,6 +741,7 @@ int main(int argc, char** argv) {
       g_bench_left = std::min(w[0], kUnb), g_bench_right = std::min(w[1], kUnb);
     }
     if (!std::strcmp(argv[i], "--bench-softcap") && i + 1 < argc) g_bench_softcap = float(std::atof(argv[++i]));
+    if (!std::strcmp(argv[i], "--bench-docs") && i + 1 < argc) g_bench_docs = std::max(0, std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--timeout-s") && i + 1 < argc) g_timeout_s = std::atof(argv[++i]);
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = parse_list(argv[++i]);
