@@ -378,8 +378,6 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
   auto scores_to_ds = [&](int m0, int stage, int step) {
     bool need_mask;
     if constexpr (K == MaskKind::kVariant) {
-      // From lane 0: the warp's facts are one copy, and a uniform branch keeps the unmasked
-      // path free of the divergence bookkeeping.
       need_mask = bwd_variant_needs_mask<Cfg>(smem, m0, args.seq_q);
     } else {
       need_mask = n0 + Cfg::block_n() > args.seq_k ||

@@ -71,8 +71,10 @@ struct DecodePlan {
 
 // The decode kernel's cut of a problem it can run (use = false when it cannot: more than
 // kDecodeMaxRows rows per pair, another head dim), whichever kernel is faster for it.
+// ctas_per_sm: 0 for the plan's residency (below), else that many CTAs per SM, up to the tile's
+// most (the harness times the other residency with it).
 inline DecodePlan decode_tiling(int64_t batch, int64_t seq_q, int64_t seq_k, int64_t heads_q, int64_t heads_kv,
-                                int64_t head_dim) {
+                                int64_t head_dim, int ctas_per_sm = 0) {
   DecodePlan plan;
   if (batch <= 0 || seq_q <= 0 || seq_k <= 0 || heads_kv <= 0 || heads_q % heads_kv != 0) return plan;
   if (head_dim != 64 && head_dim != 128 && head_dim != 256) return plan;
@@ -85,12 +87,16 @@ inline DecodePlan decode_tiling(int64_t batch, int64_t seq_q, int64_t seq_k, int
   const int64_t pairs = batch * heads_kv * plan.row_tiles;
   const int64_t blocks = (seq_k + kDecodeBlockN - 1) / kDecodeBlockN;
   // One CTA per SM where that cut is one wave of one CTA per pair, with no combine (16 x 8192
-  // 32/8 streams 4,010 GB/s so against 3,895 with two CTAs per SM, two splits and the combine);
+  // 32/8 streams 4,261 GB/s against 4,111 with two CTAs per SM, two splits and the combine);
   // otherwise the most the tile allows (more, shorter splits balance the SMs better: 64 x 4096
   // 32/8 and 1 x 131072 32/8 lose 1-2.5% at one CTA per SM).
-  plan.ctas_per_sm = decode_max_ctas_per_sm(head_dim, plan.rows_per_cta);
-  if (plan.ctas_per_sm > 1 && pairs <= kDecodeSms && decode_split_count(pairs, blocks, kDecodeSms) == 1)
-    plan.ctas_per_sm = 1;
+  const int most = decode_max_ctas_per_sm(head_dim, plan.rows_per_cta);
+  if (ctas_per_sm > 0) {
+    plan.ctas_per_sm = ctas_per_sm < most ? ctas_per_sm : most;
+  } else {
+    plan.ctas_per_sm = most;
+    if (most > 1 && pairs <= kDecodeSms && decode_split_count(pairs, blocks, kDecodeSms) == 1) plan.ctas_per_sm = 1;
+  }
   plan.splits = int(decode_split_count(pairs, blocks, kDecodeSms * plan.ctas_per_sm));
   return plan;
 }

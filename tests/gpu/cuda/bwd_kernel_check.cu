@@ -515,19 +515,7 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Target*>
         p.variant.window_left = given.left;
         p.variant.window_right = given.right;
         p.variant.softcap = given.softcap;
-        std::vector<void*> id_mem;  // packed documents: ids (q and kv alike) and their chunk ranges
-        if (g_bench_docs > 0) {
-          const std::vector<int32_t> ids = packed_document_ids(b, s, g_bench_docs);
-          const std::vector<int32_t> rng = segment_chunk_ranges(ids, b, s);
-          for (const std::vector<int32_t>* hv : {&ids, &rng}) {
-            void* ptr;
-            CHECK_CUDA(cudaMalloc(&ptr, hv->size() * 4));
-            CHECK_CUDA(cudaMemcpy(ptr, hv->data(), hv->size() * 4, cudaMemcpyHostToDevice));
-            id_mem.push_back(ptr);
-          }
-          p.variant.q_segment_ids = p.variant.kv_segment_ids = static_cast<const int32_t*>(id_mem[0]);
-          p.variant.q_segment_ranges = p.variant.kv_segment_ranges = static_cast<const int32_t*>(id_mem[1]);
-        }
+        const std::vector<void*> id_mem = set_packed_documents(&p.variant, b, s, g_bench_docs);
         void* ws_mem;
         CHECK_CUDA(cudaMalloc(&ws_mem, fa4::hopper::bwd_workspace_bytes(p)));
         const BwdWorkspace ws = fa4::hopper::bwd_workspace_from(ws_mem, p);

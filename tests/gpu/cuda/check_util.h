@@ -97,3 +97,23 @@ static inline std::vector<int32_t> packed_document_ids(int batch, int seq, int d
     for (int i = 0; i < seq; ++i) ids[size_t(b) * seq + i] = std::min(i / len, docs - 1);
   return ids;
 }
+
+// Gives `v` segment ids of `docs` packed documents per row (packed_document_ids, q and kv alike)
+// and their chunk ranges, in device memory; returns the buffers for cudaFree (none when docs <= 0).
+static inline std::vector<void*> set_packed_documents(fa4::hopper::AttentionVariant* v, int batch, int seq,
+                                                      int docs) {
+  std::vector<void*> mem;
+  if (docs <= 0) return mem;
+  const std::vector<int32_t> ids = packed_document_ids(batch, seq, docs);
+  const std::vector<int32_t> ranges = segment_chunk_ranges(ids, batch, seq);
+  for (const std::vector<int32_t>* h : {&ids, &ranges}) {
+    void* ptr;
+    CHECK_CUDA(cudaMalloc(&ptr, h->size() * 4));
+    CHECK_CUDA(cudaMemcpy(ptr, h->data(), h->size() * 4, cudaMemcpyHostToDevice));
+    mem.push_back(ptr);
+  }
+  v->q_segment_ids = v->kv_segment_ids = static_cast<const int32_t*>(mem[0]);
+  v->q_segment_ranges = v->kv_segment_ranges = static_cast<const int32_t*>(mem[1]);
+  return mem;
+}
+

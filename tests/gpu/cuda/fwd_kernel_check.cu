@@ -471,19 +471,7 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Runner*>
         p.variant.window_left = g_bench_left;
         p.variant.window_right = g_bench_right;
         p.variant.softcap = g_bench_softcap;
-        std::vector<void*> id_mem;  // packed documents: ids (q and kv alike) and their chunk ranges
-        if (g_bench_docs > 0) {
-          const std::vector<int32_t> ids = packed_document_ids(b, s, g_bench_docs);
-          const std::vector<int32_t> rng = segment_chunk_ranges(ids, b, s);
-          for (const std::vector<int32_t>* hv : {&ids, &rng}) {
-            void* ptr;
-            CHECK_CUDA(cudaMalloc(&ptr, hv->size() * 4));
-            CHECK_CUDA(cudaMemcpy(ptr, hv->data(), hv->size() * 4, cudaMemcpyHostToDevice));
-            id_mem.push_back(ptr);
-          }
-          p.variant.q_segment_ids = p.variant.kv_segment_ids = static_cast<const int32_t*>(id_mem[0]);
-          p.variant.q_segment_ranges = p.variant.kv_segment_ranges = static_cast<const int32_t*>(id_mem[1]);
-        }
+        const std::vector<void*> id_mem = set_packed_documents(&p.variant, b, s, g_bench_docs);
         FwdScheduleParams sp;
         sp.section = g_params.section;  // one CTA per SM when timing
         cudaEvent_t e0, e1;
@@ -589,15 +577,8 @@ static void decode_bench() {
     const auto tiling = fa4::hopper::decode_tiling(c.b, c.sq, c.sk, c.hq, c.hkv, d);
     // The plan's other residency where the tile allows two CTAs per SM and the plan took one: the
     // same cut at two, with the wave model's split count for 2 x 132 slots.
-    auto other = tiling;
-    const bool has_other = tiling.use && tiling.ctas_per_sm == 1 &&
-                           fa4::hopper::decode_max_ctas_per_sm(d, tiling.rows_per_cta) == 2;
-    if (has_other) {
-      other.ctas_per_sm = 2;
-      other.splits = int(fa4::hopper::decode_split_count(int64_t(c.b) * c.hkv * tiling.row_tiles,
-                                                         (c.sk + fa4::hopper::kDecodeBlockN - 1) / fa4::hopper::kDecodeBlockN,
-                                                         2 * fa4::hopper::kDecodeSms));
-    }
+    const auto other = fa4::hopper::decode_tiling(c.b, c.sq, c.sk, c.hq, c.hkv, d, 2);
+    const bool has_other = tiling.use && tiling.ctas_per_sm == 1 && other.ctas_per_sm == 2;
     const size_t ws_bytes = std::max({fa4::hopper::fwd_workspace_bytes(c.b, c.sq, c.sk, c.hq, c.hkv, d),
                                       fa4::hopper::decode_workspace_bytes(tiling, c.b, c.hkv, d),
                                       fa4::hopper::decode_workspace_bytes(other, c.b, c.hkv, d)});
