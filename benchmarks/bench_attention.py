@@ -1,11 +1,15 @@
 """Side-by-side attention benchmark on one GPU.
 
 Times ``jax_fa4.attention`` beside cuDNN (``jax.nn.dot_product_attention(implementation="cudnn")``),
-FlashAttention-3 (the ``flash-attn3-jax`` wheel, head dim 128 kernels only) and plain XLA
+FlashAttention-3 (the ``flash-attn3-jax`` wheel, head dim 128 kernels only), FlashAttention-4's
+kernels through JAX (``fa4jax``: the ``fa4-jax`` package's ``flash_attn``) and plain XLA
 (``jax.nn.dot_product_attention(implementation="xla")``), all in one process, on the
 FlashAttention-3 grid: bf16, 16k tokens per batch (batch = 16384 // seq), hidden 2048
 (heads = 2048 // head_dim), head dims 64/128/256, seq 512..16384, causal and not, forward and
-backward.
+backward. ``--cell D,SEQ,BATCH,HEADS[/HEADS_KV],causal|full`` adds a cell beyond the grid (GQA
+when HEADS_KV < HEADS: k and v carry HEADS_KV heads); ``--beyond-grid`` adds the rows the
+backward issue names: GQA 32 / 8 heads at 8k (batch 2), causal and not, batch 5 x 3,000 causal
+and one 65,536-token causal sequence, all at head dim 128; ``--no-grid`` runs those alone.
 
 ``jax_fa4_det`` (opt-in, not in the default ``--impls``) is ``jax_fa4.attention(...,
 deterministic=True)``: the same forward, and the backward with its dQ adds ordered for bitwise
@@ -66,7 +70,9 @@ import jax.numpy as jnp  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ratios import ratio_text  # noqa: E402
 
-ALL_IMPLS = ("jax_fa4", "jax_fa4_det", "cudnn", "fa3", "xla")
+ALL_IMPLS = ("jax_fa4", "jax_fa4_det", "cudnn", "fa3", "fa4jax", "xla")
+# The peers the "jax_fa4/best peer" column takes the best of.
+PEER_IMPLS = ("cudnn", "fa3", "fa4jax")
 # --impls default: all but jax_fa4_det (its forward is jax_fa4's; ask for it to time the
 # deterministic backward).
 DEFAULT_IMPLS = tuple(i for i in ALL_IMPLS if i != "jax_fa4_det")
@@ -188,6 +194,13 @@ def make_impl(name: str, causal: bool, head_dim: int) -> AttnFn:
             return flash_mha(q, k, v, is_causal=causal)
 
         return fa3
+    if name == "fa4jax":
+        from fa4_jax import flash_attn
+
+        def fa4jax(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+            return flash_attn(q, k, v, causal=causal)
+
+        return fa4jax
     raise ValueError(f"unknown implementation {name!r}; known: {', '.join(ALL_IMPLS)}")
 
 
@@ -304,6 +317,12 @@ class Cell:
     causal: bool
     batch: int
     heads: int
+    heads_kv: int = 0  # k and v heads (0: as many as q; fewer: GQA)
+    beyond: bool = False  # a --cell / --beyond-grid row, not a point of the grid
+
+    @property
+    def kv_heads(self) -> int:
+        return self.heads_kv or self.heads
 
 
 @dataclass
@@ -320,10 +339,14 @@ class Settings:
 
 
 def make_inputs(cell: Cell, dtype: Any, seed: int = 0) -> tuple[jax.Array, ...]:
-    """Random q, k, v and cotangent, standard normal, in the benchmark's dtype."""
-    shape = (cell.batch, cell.seq, cell.heads, cell.head_dim)
+    """Random q, k, v and cotangent, standard normal, in the benchmark's dtype: q and the
+    cotangent [batch, seq, heads, head_dim], k and v [batch, seq, kv_heads, head_dim]."""
+    q_shape = (cell.batch, cell.seq, cell.heads, cell.head_dim)
+    kv_shape = (cell.batch, cell.seq, cell.kv_heads, cell.head_dim)
     keys = jax.random.split(jax.random.key(seed), 4)
-    return tuple(jax.random.normal(kk, shape, jnp.float32).astype(dtype) for kk in keys)
+    shapes = (q_shape, kv_shape, kv_shape, q_shape)
+    pairs = zip(keys, shapes, strict=True)
+    return tuple(jax.random.normal(kk, sh, jnp.float32).astype(dtype) for kk, sh in pairs)
 
 
 def measure(impl: str, cell: Cell, st: Settings) -> tuple[float | None, float | None, str]:
@@ -426,21 +449,78 @@ def format_ratio(r: float) -> str:
     return f"**{text}x**" if r < 1.0 else f"{text}x"
 
 
+def _seq_label(r: dict[str, Any]) -> str:
+    """The seq column: the length, and for a row beyond the grid its batch and heads."""
+    if not r.get("beyond"):
+        return str(r["seq"])
+    heads = f"{r['heads']}/{r.get('heads_kv', r['heads'])}"
+    return f"{r['seq']} (batch {r['batch']}, heads {heads})"
+
+
 def table(records: list[dict[str, Any]], impls: Sequence[str], key: str) -> str:
-    """A markdown table of `key` ("fwd_tflops" or "bwd_tflops") per cell, with jax_fa4/cudnn."""
-    by_cell: dict[tuple[int, bool, int], dict[str, float | None]] = {}
+    """A markdown table of `key` ("fwd_tflops" or "bwd_tflops") per cell, with jax_fa4/cudnn and,
+    with more than one peer, jax_fa4 over the best of them (PEER_IMPLS)."""
+    by_cell: dict[tuple[int, bool, int, str], dict[str, float | None]] = {}
     for r in records:
-        by_cell.setdefault((r["head_dim"], r["causal"], r["seq"]), {})[r["impl"]] = r[key]
+        cell = (r["head_dim"], r["causal"], r["seq"], _seq_label(r))
+        by_cell.setdefault(cell, {})[r["impl"]] = r[key]
     ratio = "jax_fa4" in impls and "cudnn" in impls
-    head = ["head dim", "causal", "seq", *impls] + (["jax_fa4/cudnn"] if ratio else [])
+    peers = [i for i in impls if i in PEER_IMPLS]
+    best = "jax_fa4" in impls and len(peers) > 1
+    head = ["head dim", "causal", "seq", *impls]
+    head += (["jax_fa4/cudnn"] if ratio else []) + (["jax_fa4/best peer"] if best else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for (d, c, s), vals in sorted(by_cell.items()):
-        row = [str(d), "yes" if c else "no", str(s)] + [_fmt_tf(vals.get(i)) for i in impls]
+    for (d, c, _, label), vals in sorted(by_cell.items()):
+        row = [str(d), "yes" if c else "no", label] + [_fmt_tf(vals.get(i)) for i in impls]
+        a = vals.get("jax_fa4")
         if ratio:
-            a, b = vals.get("jax_fa4"), vals.get("cudnn")
+            b = vals.get("cudnn")
             row.append(format_ratio(a / b) if a is not None and b else "-")
+        if best:
+            got = [x for x in (vals.get(i) for i in peers) if x]
+            row.append(format_ratio(a / max(got)) if a is not None and got else "-")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+# The rows beyond the grid that the backward issue measures (head dim 128): GQA 32 / 8 heads at
+# 8k, causal and not; batch 5 x 3,000 causal; one 65,536-token causal sequence.
+BEYOND_GRID = (
+    "128,8192,2,32/8,causal",
+    "128,8192,2,32/8,full",
+    "128,3000,5,16,causal",
+    "128,65536,1,16,causal",
+)
+
+
+def parse_cell(text: str) -> Cell:
+    """A --cell spec "D,SEQ,BATCH,HEADS[/HEADS_KV],causal|full" as a Cell beyond the grid;
+    raises ValueError naming what is wrong."""
+    parts = [t.strip() for t in text.split(",")]
+    if len(parts) != 5:
+        raise ValueError(f"--cell {text!r}: expected D,SEQ,BATCH,HEADS[/HEADS_KV],causal|full")
+    hq_text, _, hkv_text = parts[3].partition("/")
+    mode = parts[4].lower()
+    try:
+        d, seq, batch, hq = (int(x) for x in (*parts[:3], hq_text))
+        hkv = int(hkv_text) if hkv_text else hq
+    except ValueError:
+        raise ValueError(f"--cell {text!r}: D, SEQ, BATCH and the heads must be integers") from None
+    if mode not in ("causal", "full"):
+        raise ValueError(f"--cell {text!r}: the last field is 'causal' or 'full', got {mode!r}")
+    if min(d, seq, batch, hq, hkv) < 1 or hq % hkv:
+        raise ValueError(
+            f"--cell {text!r}: sizes must be positive and HEADS a multiple of HEADS_KV"
+        )
+    return Cell(
+        d,
+        seq,
+        mode == "causal",
+        batch=batch,
+        heads=hq,
+        heads_kv=hkv if hkv != hq else 0,
+        beyond=True,
+    )
 
 
 def write_json(path: str | None, env: dict[str, Any], records: list[dict[str, Any]]) -> None:
@@ -495,6 +575,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--seqs", default=None, help="comma-separated, 'k' = 1024 (default 512,1k,2k,4k,8k,16k)"
     )
     p.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    p.add_argument(
+        "--cell",
+        action="append",
+        default=[],
+        help="a cell beyond the grid, D,SEQ,BATCH,HEADS[/HEADS_KV],causal|full (repeatable)",
+    )
+    p.add_argument(
+        "--beyond-grid",
+        action="store_true",
+        help="add the backward issue's rows beyond the grid (BEYOND_GRID: GQA 32/8 at 8k, "
+        "batch 5 x 3,000, one 65,536-token sequence; head dim 128)",
+    )
+    p.add_argument("--no-grid", action="store_true", help="only the --cell / --beyond-grid rows")
     p.add_argument("--no-bwd", action="store_true", help="forward only")
     p.add_argument("--out", default=None, help="JSON output path (rewritten after every cell)")
     p.add_argument(
@@ -606,7 +699,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as e:
             print(f"# matmul failed: {short_reason(e)}", flush=True)
 
-    cells = grid(head_dims, seqs, causals, tokens, hidden)
+    try:
+        extra = [parse_cell(t) for t in (*(BEYOND_GRID if args.beyond_grid else ()), *args.cell)]
+    except ValueError as e:
+        print(f"bad cell: {e}", file=sys.stderr)
+        return 2
+    cells = ([] if args.no_grid else grid(head_dims, seqs, causals, tokens, hidden)) + extra
     fast = [i for i in impls if i not in SLOW_IMPLS]
     slow = [i for i in impls if i in SLOW_IMPLS]
     # Pass 1: every cell with the fast implementations side by side, --rounds times in a row with
@@ -677,13 +775,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             "fwd_tflops": _round(_median([f for f, _ in got])),
             "bwd_tflops": _round(_median([b for _, b in got])),
         }
+        if cell.heads_kv:
+            results[(cell, impl)]["heads_kv"] = cell.heads_kv
+        if cell.beyond:
+            results[(cell, impl)]["beyond"] = True
         if args.rounds > 1:
             results[(cell, impl)]["fwd_tflops_rounds"] = [_round(f) for f, _ in got]
             results[(cell, impl)]["bwd_tflops_rounds"] = [_round(b) for _, b in got]
         elapsed = time.perf_counter() - t_start
         print(
             f"[{elapsed:6.1f} s] {impl:8s} r{rnd} d={cell.head_dim:<3d} s={cell.seq:<5d} "
-            f"b={cell.batch:<3d} h={cell.heads:<3d} causal={'yes' if cell.causal else 'no ':3s} "
+            f"b={cell.batch:<3d} h={cell.heads}/{cell.kv_heads:<3d} "
+            f"causal={'yes' if cell.causal else 'no ':3s} "
             f"fwd {_fmt_tf(fwd_tf):>6s} bwd {_fmt_tf(bwd_tf):>6s} TFLOP/s | {note}",
             flush=True,
         )

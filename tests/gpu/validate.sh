@@ -8,7 +8,8 @@
 #   tests     pytest tests/gpu (jax_fa4 through JAX against the float64 oracle, the error rule)
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the harnesses' small shapes
 #             (SANITIZE_TOOLS picks the tools, SANITIZE_JOBS runs that many at once)
-#   bench     benchmarks/bench_attention.py $BENCH_ARGS (only when named in STAGES)
+#   bench     benchmarks/bench_attention.py $BENCH_ARGS (only when named in STAGES; fa4jax and the
+#             FA3 binding from ../shared/peers when .peers/bin/env.sh is there)
 #   variants  benchmarks/bench_variants.py $VARIANTS_ARGS (only when named in STAGES; the peers
 #             from ../shared/peers when .peers/bin/env.sh is there, tokamax from .whl)
 #   decode    benchmarks/bench_decode.py $DECODE_ARGS (only when named in STAGES; the FA3 binding
@@ -162,8 +163,11 @@ fi
 if has bench; then
   wait_install
   stamp "benchmark ${BENCH_ARGS:-}"
-  timeout "$(cap 540 5)" python3 benchmarks/bench_attention.py ${BENCH_ARGS:-} --max-seconds $(($(left) - 20)) \
-    --out "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
+  (
+    [ -f .peers/bin/env.sh ] && source .peers/bin/env.sh  # fa4jax and the FA3 binding
+    timeout "$(cap 540 5)" python3 benchmarks/bench_attention.py ${BENCH_ARGS:-} --max-seconds $(($(left) - 20)) \
+      --out "$OUT/bench.json"
+  ) > "$OUT/bench.txt" 2>&1
   stamp "benchmark rc=$?"
   grep -E "^\|" "$OUT/bench.txt" > "$OUT/bench_tables.md"
 fi
