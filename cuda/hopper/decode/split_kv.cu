@@ -89,7 +89,12 @@ std::string launch_decode_typed(const FwdProblem& p, const DecodePlan& plan, cud
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
   if (e != cudaSuccess) return std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e);
   const dim3 grid(unsigned(plan.splits), unsigned(p.heads_kv * plan.row_tiles), unsigned(p.batch));
-  e = launch_dependent(kernel, grid, dim3(Cfg::threads()), Cfg::smem_bytes(), stream, tk, tv, a);
+  if (plan.dependent) {
+    e = launch_dependent(kernel, grid, dim3(Cfg::threads()), Cfg::smem_bytes(), stream, tk, tv, a);
+  } else {  // its grid_dependency_* instructions are then no-ops
+    kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tk, tv, a);
+    e = cudaGetLastError();
+  }
   if (e != cudaSuccess) return std::string("decode kernel launch failed: ") + cudaGetErrorString(e);
   if (plan.splits > 1) {
     const int64_t rows = p.batch * p.heads_kv * int64_t(plan.rows);
