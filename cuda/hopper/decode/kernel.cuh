@@ -22,6 +22,7 @@
 #include "hopper/common/problem.h"
 #include "hopper/decode/plan.h"
 #include "hopper/ptx/barrier.cuh"
+#include "hopper/ptx/grid_dependency.cuh"
 #include "hopper/ptx/ldmatrix.cuh"
 #include "hopper/ptx/mbarrier.cuh"
 #include "hopper/ptx/mma_sync.cuh"
@@ -102,9 +103,11 @@ __device__ __forceinline__ DecodeRange decode_range(const TileMask<MaskKind::kVa
   m.key_span(i0, i1, &r.lo, &r.hi);
   if (r.hi <= r.lo) return r;
   const int first = r.lo / kDecodeBlockN, last = (r.hi - 1) / kDecodeBlockN + 1;
-  const int per = (last - first + a.splits - 1) / a.splits;
-  r.b0 = imin(last, first + split * per);
-  r.b1 = imin(last, r.b0 + per);
+  // Split s takes blocks [n s / splits, n (s + 1) / splits): the sizes differ by at most one and
+  // as few splits as possible hold the larger size (the CTAs sharing an SM finish together).
+  const int64_t n = last - first;
+  r.b0 = first + int(n * split / a.splits);
+  r.b1 = first + int(n * (split + 1) / a.splits);
   return r;
 }
 
@@ -137,24 +140,28 @@ __global__ void __launch_bounds__(Cfg::threads(), Cfg::ctas_per_sm())
   const int hkv = blockIdx.y % a.heads_kv, tile = blockIdx.y / a.heads_kv;
   const int b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const TileMask<MaskKind::kVariant> mask(a.mask, b);
-  const DecodeRange range = decode_range(mask, a, tile, RPC, split);
-  const int nblk = range.b1 - range.b0;
-
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       mbarrier_init(&full[s], 1);
       mbarrier_init(&empty[s], Cfg::consumer_warps());
     }
     fence_mbarrier_init();
+    tma_prefetch_map(&tm_k);
+    tma_prefetch_map(&tm_v);
   }
+  // Launched as a dependent of the stream's previous kernel (launch_decode): the set-up above
+  // overlaps its tail; every global access (lengths, Q, K, V, outputs) comes after the wait.
+  grid_dependency_wait();
+  // The combine (the next kernel) may start its blocks now: they wait for this grid to finish.
+  grid_dependency_launch_dependents();
   __syncthreads();
+  const TileMask<MaskKind::kVariant> mask(a.mask, b);
+  const DecodeRange range = decode_range(mask, a, tile, RPC, split);
+  const int nblk = range.b1 - range.b0;
 
   if (warp == Cfg::consumer_warps()) {
     // Producer: K and V of each block of the split, one stage per block.
     if (lane == 0 && nblk > 0) {
-      tma_prefetch_map(&tm_k);
-      tma_prefetch_map(&tm_v);
       for (int it = 0; it < nblk; ++it) {
         const int s = it % S;
         if (it >= S) mbarrier_wait(&empty[s], ((it / S) - 1) & 1);
@@ -410,14 +417,83 @@ __global__ void __launch_bounds__(Cfg::threads(), Cfg::ctas_per_sm())
   }
 }
 
-// Merges the splits' partials of each packed row (one warp a row): weights exp2(lse_s - max),
-// the sink, padding rows; writes o and the natural-log LSE.
+// Merges the splits' partials of one packed row per CTA: its threads are kGroups groups of D / 4
+// columns (a float4 each); group g takes splits g, g + kGroups, ... with every load of a round of
+// kUnroll splits in flight at once, merged online in split order, then the groups are merged in
+// group order through shared memory (bitwise reproducible). The sink and padding rows as the
+// split kernel's one-split output; writes o and the natural-log LSE.
+template <int D>
+struct DecodeCombineShape {
+  static constexpr int threads() { return 128; }
+  static constexpr int col_threads() { return D / 4; }
+  static constexpr int groups() { return threads() / col_threads(); }
+  static_assert(threads() % col_threads() == 0 && groups() >= 1, "whole groups of columns");
+};
+
 template <class T, int D>
-__global__ void __launch_bounds__(128) decode_combine(const DecodeArgs a) {
-  const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;  // over batch x heads_kv x rows
-  const int lane = threadIdx.x % 32;
+__global__ void __launch_bounds__(DecodeCombineShape<D>::threads()) decode_combine(const DecodeArgs a) {
+  using Shape = DecodeCombineShape<D>;
+  constexpr int kCols = Shape::col_threads(), kGroups = Shape::groups(), kUnroll = 4;
+  __shared__ float4 part_o[kGroups][kCols];
+  __shared__ float part_max[kGroups], part_sum[kGroups];
+  // Launched as a dependent of the split kernel: its partials are read after the wait; the next
+  // kernel of the stream may start its blocks at once.
+  grid_dependency_wait();
+  grid_dependency_launch_dependents();
+  const int64_t row = blockIdx.x;  // over batch x heads_kv x rows
   const int64_t pairs_rows = int64_t(a.batch) * a.heads_kv * a.rows;
-  if (row >= pairs_rows) return;
+  const int g = threadIdx.x / kCols, c = threadIdx.x % kCols;
+
+  // Online over this group's splits. Every split wrote its partial (an empty split: O 0, LSE
+  // -inf), so a round's loads do not wait on each other. A split this row does not see (LSE
+  // -inf) is skipped by select, never added as 0 x its partial, which may hold NaN from a V row
+  // only other rows of its tile see.
+  float mx = -INFINITY, sum = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s0 = g; s0 < a.splits; s0 += kGroups * kUnroll) {
+    float l[kUnroll];
+    float4 x[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int s = s0 + u * kGroups;
+      l[u] = -INFINITY;
+      x[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (s < a.splits) {
+        l[u] = a.lse_part[s * pairs_rows + row];
+        x[u] = *reinterpret_cast<const float4*>(a.o_part + (s * pairs_rows + row) * D + 4 * c);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (l[u] == -INFINITY) continue;
+      const float m = fmaxf(mx, l[u]);
+      const float r = exp2f(mx - m), w = exp2f(l[u] - m);  // mx = -inf: r = 0, acc and sum are 0
+      acc.x = acc.x * r + w * x[u].x, acc.y = acc.y * r + w * x[u].y;
+      acc.z = acc.z * r + w * x[u].z, acc.w = acc.w * r + w * x[u].w;
+      sum = sum * r + w;
+      mx = m;
+    }
+  }
+  if (kGroups > 1) {
+    part_o[g][c] = acc;
+    if (c == 0) part_max[g] = mx, part_sum[g] = sum;
+    __syncthreads();
+    if (g != 0) return;
+    float m_all = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kGroups; ++k) m_all = fmaxf(m_all, part_max[k]);
+    mx = m_all, sum = 0.f;
+    acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int k = 0; k < kGroups; ++k) {  // in group order
+      if (part_max[k] == -INFINITY) continue;
+      const float w = exp2f(part_max[k] - m_all);
+      const float4 p = part_o[k][c];
+      acc.x += w * p.x, acc.y += w * p.y, acc.z += w * p.z, acc.w += w * p.w;
+      sum += w * part_sum[k];
+    }
+  }
+
   const int R = int(row % a.rows);
   const int hkv = int((row / a.rows) % a.heads_kv);
   const int b = int(row / (int64_t(a.rows) * a.heads_kv));
@@ -425,57 +501,18 @@ __global__ void __launch_bounds__(128) decode_combine(const DecodeArgs a) {
   int q_len = a.seq_q;
   if (a.mask.q_lengths) q_len = iclamp(a.mask.q_lengths[b], 0, a.seq_q);
   const bool pad = i >= q_len;
-
-  float mx = -INFINITY;
-  for (int s = lane; s < a.splits; s += 32) mx = fmaxf(mx, a.lse_part[s * pairs_rows + row]);
-#pragma unroll
-  for (int k = 16; k >= 1; k /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
-  const float base = mx == -INFINITY ? 0.f : mx;
-  // Each lane holds D / 32 consecutive columns. Every split wrote its partial (an empty split: O 0,
-  // LSE -inf, weight 0), so the loads of several splits are independent and in flight together.
-  constexpr int kCols = D / 32, kUnroll = 8;
-  float acc[kCols];
-#pragma unroll
-  for (int c = 0; c < kCols; ++c) acc[c] = 0.f;
-  float wsum = 0.f;
-  for (int s0 = 0; s0 < a.splits; s0 += kUnroll) {
-    float w[kUnroll], x[kUnroll][kCols];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int s = s0 + u;
-      w[u] = 0.f;
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) x[u][c] = 0.f;
-      if (s < a.splits) {
-        w[u] = exp2f(a.lse_part[s * pairs_rows + row] - base);
-        const float* src = a.o_part + (s * pairs_rows + row) * D + lane * kCols;
-#pragma unroll
-        for (int c = 0; c < kCols; c += 2) {
-          const float2 v = *reinterpret_cast<const float2*>(src + c);
-          x[u][c] = v.x, x[u][c + 1] = v.y;
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {  // in split order
-      wsum += w[u];
-      // A split whose keys this row does not see (weight 0) adds nothing by select, not by a
-      // product with 0: its partial may hold NaN from a V row only other rows of its tile see.
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) acc[c] += w[u] > 0.f ? w[u] * x[u][c] : 0.f;
-    }
-  }
-  const float lse2 = wsum > 0.f ? base + log2f(wsum) : -INFINITY;
+  const float lse2 = sum > 0.f ? mx + log2f(sum) : -INFINITY;
   float factor;
   const float* sink = a.sinks && !pad ? a.sinks + int64_t(b) * a.heads_q + h : nullptr;
   float lse = decode_finish_row(lse2, sink, &factor);
   if (pad) factor = 0.f, lse = -INFINITY;
-  const float f = wsum > 0.f ? factor / wsum : 0.f;
-  T* dst = static_cast<T*>(a.o) + ((int64_t(b) * a.seq_q + i) * a.heads_q + h) * D;
-#pragma unroll
-  for (int c = 0; c < kCols; c += 2)
-    *reinterpret_cast<uint32_t*>(dst + lane * kCols + c) = pack2<T>(acc[c] * f, acc[c + 1] * f);
-  if (lane == 0) a.lse[(int64_t(b) * a.heads_q + h) * a.seq_q + i] = lse;
+  const float f = sum > 0.f ? factor / sum : 0.f;
+  T* dst = static_cast<T*>(a.o) + ((int64_t(b) * a.seq_q + i) * a.heads_q + h) * D + 4 * c;
+  uint2 packed;
+  packed.x = pack2<T>(acc.x * f, acc.y * f);
+  packed.y = pack2<T>(acc.z * f, acc.w * f);
+  *reinterpret_cast<uint2*>(dst) = packed;
+  if (c == 0) a.lse[(int64_t(b) * a.heads_q + h) * a.seq_q + i] = lse;
 }
 
 }  // namespace fa4::hopper

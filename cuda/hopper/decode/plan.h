@@ -67,7 +67,20 @@ struct DecodePlan {
   int row_tiles = 0;     // ceil(rows / rows_per_cta)
   int splits = 0;        // CTAs over one pair's key range
   int ctas_per_sm = 0;   // resident CTAs per SM the kernel is built for (1 or 2)
+  bool dependent = true;  // the split kernel launches as a programmatic dependent (decode_dependent_launch)
 };
+
+// One wave of one CTA per SM streaming at least this many K + V bytes per CTA launches the split
+// kernel as an ordinary kernel: there the dependent launch measured 1.7-2% slower (8 x 32768 16/16:
+// 16 MiB a CTA, 4,589 against 4,513 GB/s; hd256 16 x 8192 32/8: 8 MiB, 4,528 against 4,434), while
+// 4 MiB a CTA (16 x 8192 32/8 at hd128) was level and shorter streams gained (cache 1,024: +2.9%).
+constexpr int64_t kDecodeDependentMaxCtaBytes = int64_t(8) << 20;
+
+inline bool decode_dependent_launch(const DecodePlan& plan, int64_t blocks, int64_t head_dim) {
+  if (plan.ctas_per_sm > 1 || plan.splits > 1) return true;
+  const int64_t cta_bytes = blocks * kDecodeBlockN * head_dim * 2 * 2;  // K and V, 16-bit
+  return cta_bytes < kDecodeDependentMaxCtaBytes;
+}
 
 // The decode kernel's cut of a problem it can run (use = false when it cannot: more than
 // kDecodeMaxRows rows per pair, another head dim), whichever kernel is faster for it.
@@ -98,6 +111,7 @@ inline DecodePlan decode_tiling(int64_t batch, int64_t seq_q, int64_t seq_k, int
     if (most > 1 && pairs <= kDecodeSms && decode_split_count(pairs, blocks, kDecodeSms) == 1) plan.ctas_per_sm = 1;
   }
   plan.splits = int(decode_split_count(pairs, blocks, kDecodeSms * plan.ctas_per_sm));
+  plan.dependent = decode_dependent_launch(plan, blocks, head_dim);
   return plan;
 }
 

@@ -7,6 +7,7 @@
 
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "hopper/common/tensor_map.h"
 #include "hopper/decode/kernel.cuh"
@@ -15,6 +16,25 @@
 namespace fa4::hopper {
 
 namespace {
+
+// Launches `kernel` as a programmatic dependent of the stream's previous kernel: its blocks may
+// start (and run their set-up up to grid_dependency_wait) while that kernel drains, which takes
+// the launch gap off the short decode calls (a split kernel, its combine, the next call).
+template <class... Params, class... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                             Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
 
 template <class T, int D, int Rows, int CtasPerSm>
 std::string launch_decode_typed(const FwdProblem& p, const DecodePlan& plan, cudaStream_t stream) {
@@ -69,13 +89,16 @@ std::string launch_decode_typed(const FwdProblem& p, const DecodePlan& plan, cud
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
   if (e != cudaSuccess) return std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e);
   const dim3 grid(unsigned(plan.splits), unsigned(p.heads_kv * plan.row_tiles), unsigned(p.batch));
-  kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tk, tv, a);
-  e = cudaGetLastError();
+  if (plan.dependent) {
+    e = launch_dependent(kernel, grid, dim3(Cfg::threads()), Cfg::smem_bytes(), stream, tk, tv, a);
+  } else {  // its grid_dependency_* instructions are then no-ops
+    kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tk, tv, a);
+    e = cudaGetLastError();
+  }
   if (e != cudaSuccess) return std::string("decode kernel launch failed: ") + cudaGetErrorString(e);
   if (plan.splits > 1) {
     const int64_t rows = p.batch * p.heads_kv * int64_t(plan.rows);
-    decode_combine<T, D><<<unsigned((rows + 3) / 4), 128, 0, stream>>>(a);
-    e = cudaGetLastError();
+    e = launch_dependent(decode_combine<T, D>, dim3(unsigned(rows)), dim3(DecodeCombineShape<D>::threads()), 0, stream, a);
     if (e != cudaSuccess) return std::string("decode combine launch failed: ") + cudaGetErrorString(e);
   }
   return {};
