@@ -115,11 +115,10 @@ __device__ __forceinline__ void store_dkv(void* out, const float (&acc)[Cfg::dkv
 
 // One step's S^T (X = K, Y = Q) or dP^T (X = V, Y = dO) slice from the ring's current stage: waits
 // for the stage's full barrier, issues and commits one wgmma group. Fenced before the issue: a
-// wait loop (and ordinary code) sits between it and the previous group. wait = false (after the
-// last step only): no barrier wait, the product of whatever the stage holds is computed and never
-// read -- so the issue is unconditional and ptxas sees the same wgmma groups in flight at every
-// loop back edge (a conditional issue made it serialize the pipeline, C7515/C7517, and spill).
-// Nothing writes that stage any more: the producer has finished.
+// wait loop (and ordinary code) sits between it and the previous group. wait = false (a tile no
+// query sees, before its empty loop): no barrier wait, the product of whatever the stage holds is
+// computed and never read -- so the issue is unconditional (a conditional issue made ptxas
+// serialize the pipeline, C7515/C7517, and spill). Nothing writes that stage for this tile.
 template <class T, class Cfg, class Ring>
 __device__ __forceinline__ void issue_st_step(float (&st)[Cfg::s_cols() / 2], Ring& q, const uint8_t* sK, int r,
                                               int s_col0, bool wait = true) {
@@ -324,9 +323,9 @@ constexpr bool kBwdSplitMaskedCopy = Cfg::block_m() == 64 && !Cfg::persistent();
 //   B(t) = dQ(t);  C = S^T(t+1) from Q's next stage;  wait<1>: B retired;  release Q(t), dO(t);
 //   dQ(t) to the shared tile;  D = dP^T(t+1);  then scores_to_ds(t+1): wait<1>: C retired, P^T;
 //   wait<0>: D retired, dS^T; A(t+1) = dV, dK RS; dS^T store; barrier; wait<0>.
-// So S^T(t+1) and dP^T(t+1) queue behind dQ(t) while the dQ tile is written. C and D are issued
-// unconditionally (after the last step they read a stage nobody writes and are never read; the
-// mbarrier wait is skipped), so every path reaches the back edge with nothing in flight.
+// So S^T(t+1) and dP^T(t+1) queue behind dQ(t) while the dQ tile is written. The loop runs the
+// steps that have a next one, so C and D are unconditional and every path reaches the back edge
+// with nothing in flight; the last step's B (and its dQ tile) is peeled after the loop.
 template <class T, class Cfg, MaskKind K, bool SoftCap, class Ring>
 __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t* kv_full, uint32_t kv_parity,
                                                  uint64_t* kv_empty, Ring& q, Ring& dO, int step0,
@@ -428,9 +427,10 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     wgmma_wait<0>();
   }
   int m = m_begin;
+  // Group B of a step and what follows it up to the next step's dP^T: dQ(t), then (with C in
+  // flight behind it) Q(t) and dO(t) released, the dQ tile staged.
   // (`step` = step0 + the step inside this tile: the dS^T buffer of the step.)
-  for (int step = step0; step < step0 + tile_steps; ++step) {
-    const bool has_next = step + 1 < step0 + tile_steps;
+  for (int step = step0; step < step0 + tile_steps - 1; ++step) {
     uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
 
     // Group B.
@@ -442,7 +442,7 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     {
       Ring q_next = q;
       q_next.advance();
-      issue_st_step<T, Cfg>(st, q_next, sK, r, s_col0, has_next);
+      issue_st_step<T, Cfg>(st, q_next, sK, r, s_col0);
     }
     wgmma_wait<1>();  // B retired (groups retire in order); C may run
     fence_regs(dq);
@@ -459,17 +459,27 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     stage_dq_tile<Cfg>(dq);  // deterministic mode: the writer warp orders the adds
 
     // Group D: the next step's dP^T (dO has advanced to its stage).
-    issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0, has_next);
+    issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0);
     if (++m == m_end) m = m_begin;
-    if (has_next) {
-      scores_to_ds(m * BM, q.pipe.stage, step + 1);
-    } else {
-      wgmma_wait<0>();  // the look-ahead C and D of the last step, never read
-      fence_regs(st);
-      fence_regs(dpt);
-      fence_regs(dk);  // the epilogue reads them: not before this wait
-      fence_regs(dv);
-    }
+    scores_to_ds(m * BM, q.pipe.stage, step + 1);
+  }
+  // The last step's group B alone, peeled: no look-ahead S^T and dP^T on a stage nobody loads.
+  if (tile_steps > 0) {
+    const int step = step0 + tile_steps - 1;
+    uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
+    wgmma_fence();
+    float dq[Cfg::dq_cols() / 2];
+    issue_dq<T, Cfg, Cfg::dq_cols()>(dq, ds_tile, qs, sK, dq_col0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(dq);
+    q.release(kBwdReleaseEveryThread || elected);
+    dO.release(kBwdReleaseEveryThread || elected);
+    q.advance();
+    dO.advance();
+    stage_dq_tile<Cfg>(dq);
+    fence_regs(dk);  // the epilogue reads them: not before this wait
+    fence_regs(dv);
   }
 
   // Persistent: no wgmma of this warpgroup reads K/V any more (every path above ends in a
