@@ -35,7 +35,9 @@ struct BwdVariantTile {
     if (seg) {
       seg_id = mask.kv_ranges[2 * (c0 / kSegmentChunk)];
       keys_uniform = true;
-      for (int c = c0 / kSegmentChunk; c <= (c1 - 1) / kSegmentChunk; ++c)
+      // Chunks past kv_len (or past seq_k: the last block may overhang) are never read.
+      const int c_end = min(c1, mask.kv_len);
+      for (int c = c0 / kSegmentChunk; c <= (c_end - 1) / kSegmentChunk; ++c)
         if (mask.kv_ranges[2 * c] != seg_id || mask.kv_ranges[2 * c + 1] != seg_id) keys_uniform = false;
       if (!keys_uniform) full_lo = INT_MAX;
     }
