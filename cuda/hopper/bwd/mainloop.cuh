@@ -239,10 +239,12 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
 // (none for a key past kv_len; padding rows lie past row_hi), so each of the thread's two key rows
 // keeps the columns c of that range, relative to query0, by one unsigned compare against its
 // width: the same test per element as the causal select. Segment ids add the id compare per
-// element, in a rolled loop that loads the query ids.
+// element, in a rolled loop that loads the query ids, on the steps that need it
+// (bwd_variant_step_needs_ids; m0: the step's first query row).
 template <class Cfg, int NS>
 __device__ __forceinline__ void bwd_variant_mask_pds(uint32_t (&pf)[NS / 4], uint32_t (&dsf)[NS / 4],
-                                                     const BwdArgs& args, int key_row0, int query0, uint8_t* smem) {
+                                                     const BwdArgs& args, int key_row0, int query0, int m0,
+                                                     uint8_t* smem) {
   constexpr MaskKind K = MaskKind::kVariant;
   // Opaque from here: nothing derived from the thread's rows and columns is hoisted out of the
   // main loop into registers that would stay live across it (ptxas spilled them).
@@ -264,7 +266,7 @@ __device__ __forceinline__ void bwd_variant_mask_pds(uint32_t (&pf)[NS / 4], uin
   }
   auto in_band = [&](int col, int i) { return uint32_t(col - first[i]) < width[i]; };
   auto keep_of = [](bool lo, bool hi) { return (lo ? 0x0000ffffu : 0u) | (hi ? 0xffff0000u : 0u); };
-  if (mask.q_ids == nullptr) {
+  if (mask.q_ids == nullptr || !bwd_variant_step_needs_ids<Cfg>(smem, m0, args.seq_q)) {
     // Pair k = 2j + i holds columns 8j and 8j + 1 of key row i.
 #pragma unroll
     for (int k = 0; k < NS / 4; ++k) {
@@ -392,7 +394,7 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     const int query0 = m0 + s_col0 + col_in_slice;
     if constexpr (K == MaskKind::kVariant) {
       bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, false, key_row0, query0);
-      if (need_mask) bwd_variant_mask_pds<Cfg, NS>(pf, dsf, args, key_row0, query0, smem);
+      if (need_mask) bwd_variant_mask_pds<Cfg, NS>(pf, dsf, args, key_row0, query0, m0, smem);
     } else if (kBwdSplitMaskedCopy<Cfg> && need_mask) {
       bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, true, key_row0, query0);
     } else {

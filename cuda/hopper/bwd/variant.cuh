@@ -23,6 +23,7 @@ struct BwdVariantTile {
   int full_lo, full_hi;
   int seg_id;
   bool seg;
+  bool keys_uniform;  // seg: every 64-key chunk of the block holds seg_id alone
 
   BwdVariantTile() = default;
   __device__ __forceinline__ BwdVariantTile(const TileMask<MaskKind::kVariant>& mask, int c0, int c1) {
@@ -30,10 +31,15 @@ struct BwdVariantTile {
     full_hi = mask.row_hi(c0);
     seg = mask.q_ids != nullptr;
     seg_id = 0;
-    if (seg && full_lo != INT_MAX) {
+    keys_uniform = false;
+    if (seg) {
       seg_id = mask.kv_ranges[2 * (c0 / kSegmentChunk)];
-      for (int c = c0 / kSegmentChunk; c <= (c1 - 1) / kSegmentChunk; ++c)
-        if (mask.kv_ranges[2 * c] != seg_id || mask.kv_ranges[2 * c + 1] != seg_id) full_lo = INT_MAX;
+      keys_uniform = true;
+      // Chunks past kv_len (or past seq_k: the last block may overhang) are never read.
+      const int c_end = min(c1, mask.kv_len);
+      for (int c = c0 / kSegmentChunk; c <= (c_end - 1) / kSegmentChunk; ++c)
+        if (mask.kv_ranges[2 * c] != seg_id || mask.kv_ranges[2 * c + 1] != seg_id) keys_uniform = false;
+      if (!keys_uniform) full_lo = INT_MAX;
     }
   }
 
@@ -51,13 +57,17 @@ struct BwdVariantTile {
   }
 };
 
+// BwdVariantFacts::seg's bit for a key block whose chunks all hold seg_id.
+constexpr int kBwdKeysUniform = 2;
+
 // What the consumers need of the variant's mask, one copy per consumer warp in shared memory
 // (Cfg::variant_offset), written by the warp's lane 0 at the tile's start: reading it back each
 // step (volatile loads, never hoisted into registers) keeps the consumers' register budget for
 // dK, dV and the scores. The element test rebuilds a TileMask from it (variant_mask).
 struct BwdVariantFacts {
   int q_len, kv_len, off;
-  int full_lo, full_hi, seg_id, seg;
+  int full_lo, full_hi, seg_id;
+  int seg;  // bit 0: segment ids; bit 1 (kBwdKeysUniform): BwdVariantTile::keys_uniform
   int m_begin, m_end;  // the tile's query blocks (bwd_query_blocks)
   const int32_t* q_ids;
   const int32_t* kv_ids;
@@ -93,7 +103,7 @@ __device__ __forceinline__ void bwd_write_variant_facts(uint8_t* smem, const Til
     f->full_lo = vt.full_lo;
     f->full_hi = vt.full_hi;
     f->seg_id = vt.seg_id;
-    f->seg = vt.seg ? 1 : 0;
+    f->seg = (vt.seg ? 1 : 0) | (vt.keys_uniform ? kBwdKeysUniform : 0);
     f->q_ids = mask.q_ids;
     f->kv_ids = mask.kv_ids;
     f->q_ranges = q_ranges;
@@ -110,12 +120,28 @@ __device__ __forceinline__ bool bwd_variant_needs_mask(uint8_t* smem, int m0, in
   const volatile BwdVariantFacts* f = bwd_variant_slot<Cfg>(smem);
   const int r1 = min(m0 + Cfg::block_m(), seq_q);
   if (m0 < f->full_lo || r1 > f->full_hi) return true;
-  if (f->seg) {
+  if (f->seg & 1) {
     const int32_t* q_ranges = f->q_ranges;
     const int id = f->seg_id;
     for (int c = m0 / kSegmentChunk; c <= (r1 - 1) / kSegmentChunk; ++c)
       if (q_ranges[2 * c] != id || q_ranges[2 * c + 1] != id) return true;
   }
+  return false;
+}
+
+// Whether a step of query rows [m0, min(m0 + BlockM, seq_q)) that needs the element mask needs
+// the segment-id compare too: not when the block's keys and those rows' 64-row chunks all hold
+// the one id seg_id (a packed document's diagonal step: its band alone is partial).
+template <class Cfg>
+__device__ __forceinline__ bool bwd_variant_step_needs_ids(uint8_t* smem, int m0, int seq_q) {
+  const volatile BwdVariantFacts* f = bwd_variant_slot<Cfg>(smem);
+  if (!(f->seg & 1)) return false;
+  if (!(f->seg & kBwdKeysUniform)) return true;
+  const int32_t* q_ranges = f->q_ranges;
+  const int id = f->seg_id;
+  const int r1 = min(m0 + Cfg::block_m(), seq_q);
+  for (int c = m0 / kSegmentChunk; c <= (r1 - 1) / kSegmentChunk; ++c)
+    if (q_ranges[2 * c] != id || q_ranges[2 * c + 1] != id) return true;
   return false;
 }
 
