@@ -136,7 +136,9 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   uint64_t* tile_full = kv_empty + 1;
   uint64_t* tile_empty = tile_full + 2;
   int* tile_ids = reinterpret_cast<int*>(tile_empty + 2);
-  const int wg = threadIdx.x / 128;
+  // Warp-uniform through a shuffle, as in bwd_kernel: the wgmma descriptors and shared-memory
+  // bases derived from it then live in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
 
   if (threadIdx.x == 0) {
     tma_prefetch_map(&tm_q);
