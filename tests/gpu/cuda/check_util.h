@@ -116,4 +116,3 @@ static inline std::vector<void*> set_packed_documents(fa4::hopper::AttentionVari
   v->q_segment_ranges = v->kv_segment_ranges = static_cast<const int32_t*>(mem[1]);
   return mem;
 }
-
