@@ -8,6 +8,10 @@ kernels (launch gaps, host work in a custom call's handler) when a benchmark cel
 through JAX than the kernel does alone.
 
 Usage (GPU): python benchmarks/profile_chain.py --impls jax_fa4,cudnn --head-dim 128 --seq 2048
+
+``--decode-cells 1,3`` profiles ``bench_decode.py``'s chains instead (cells by index into its
+``CELLS``; bandwidth as there), e.g. to see whether a decode cell's time through JAX is the
+kernels' or lost between them.
 """
 
 from __future__ import annotations
@@ -54,18 +58,45 @@ def profile_impl(impl: str, cell: ba.Cell, dtype, chain_flops: float, chains: in
     n = ba.chain_length(flops, chain_flops)
     q, k, v, _ = ba.make_inputs(cell, dtype)
     f = ba.compile_fn(ba.fwd_chain(attn, n), (q, k, v))
-    wall = ba.time_compiled(f, (q, k, v), 5) / n
+    title = f"{impl}: hd{cell.head_dim} seq {cell.seq} causal {cell.causal} chain {n}"
+    report_chain(f, (q, k, v), n, chains, title, flops / 1e12, "TFLOP/s")
+
+
+def profile_decode(impl: str, index: int, chains: int) -> None:
+    """profile_impl for bench_decode.py's cell CELLS[index] (its chain, inputs and lengths)."""
+    import jax.numpy as jnp
+    from bench_decode import CELLS, CHAIN, HEAD_DIM, make_impl
+
+    b, sq, sk, hq, hkv = CELLS[index]
+    kq, kk, kv = jax.random.split(jax.random.key(0), 3)
+    q = jax.random.normal(kq, (b, sq, hq, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
+    k = jax.random.normal(kk, (b, sk, hkv, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
+    v = jax.random.normal(kv, (b, sk, hkv, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
+    attn = make_impl(impl, jnp.full((b,), sk, jnp.int32))
+
+    def chain(q, k, v):
+        for _ in range(CHAIN):
+            q = attn(q, k, v).astype(q.dtype)
+        return q
+
+    f = ba.compile_fn(chain, (q, k, v))
+    moved_gb = 2 * (2 * q.size + 2 * k.size) / 1e9
+    title = f"{impl}: decode {b} x {sk}, seq_q {sq}, heads {hq}/{hkv} chain {CHAIN}"
+    report_chain(f, (q, k, v), CHAIN, chains, title, moved_gb, "GB/s")
+
+
+def report_chain(f, args, n: int, chains: int, title: str, work: float, unit: str) -> None:
+    """Times the compiled chain `f` of `n` calls, then traces `chains` runs of it and prints the
+    GPU kernels of one chain and the gaps between them; `work` per call in `unit` x seconds."""
+    wall = ba.time_compiled(f, args, 5) / n
     with tempfile.TemporaryDirectory() as d:
         jax.profiler.start_trace(d)
         for _ in range(chains):
-            jax.block_until_ready(f(q, k, v))
+            jax.block_until_ready(f(*args))
         jax.profiler.stop_trace()
         time.sleep(0.5)
         events = gpu_kernel_events(d)
-    print(
-        f"\n== {impl}: hd{cell.head_dim} seq {cell.seq} causal {cell.causal} chain {n}: wall "
-        f"{wall * 1e3:.3f} ms per call = {flops / wall / 1e12:.1f} TFLOP/s"
-    )
+    print(f"\n== {title}: wall {wall * 1e6:.1f} us per call = {work / wall:.1f} {unit}")
     if not events:
         print("   no GPU events in the trace")
         return
@@ -81,8 +112,8 @@ def profile_impl(impl: str, cell: ba.Cell, dtype, chain_flops: float, chains: in
     per_call_s = busy / chains / n / 1e9
     print(
         f"   {len(events)} GPU events over {chains} chains; busy {busy / 1e6:.3f} ms = "
-        f"{per_call_s * 1e6:.1f} us per call = {flops / per_call_s / 1e12:.1f} "
-        f"TFLOP/s kernel-only; gaps between kernels (< 1 ms): median "
+        f"{per_call_s * 1e6:.1f} us per call = {work / per_call_s:.1f} "
+        f"{unit} kernel-only; gaps between kernels (< 1 ms): median "
         f"{statistics.median(inside) / 1e3 if inside else 0:.1f} us, total "
         f"{sum(inside) / chains / n / 1e3:.1f} us per call"
     )
@@ -93,7 +124,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ba.add_cell_arguments(p)
     p.add_argument("--chain-flops", type=float, default=2e12)
     p.add_argument("--chains", type=int, default=3)
+    p.add_argument("--decode-cells", default="", help="bench_decode.py cell indices, e.g. 1,3")
     a = p.parse_args(argv)
+    if a.decode_cells:
+        for index in (int(x) for x in a.decode_cells.split(",")):
+            for impl in a.impls.split(","):
+                try:
+                    profile_decode(impl, index, a.chains)
+                except Exception as e:
+                    print(f"\n== {impl}: decode cell {index} failed: {ba.short_reason(e)}")
+        return 0
     cell = ba.Cell(a.head_dim, a.seq, a.causal, 16384 // a.seq, 2048 // a.head_dim)
     for impl in a.impls.split(","):
         try:

@@ -428,25 +428,25 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
   } else {
     wgmma_wait<0>();
   }
-  int m = m_begin;
-  // Group B of a step and what follows it up to the next step's dP^T: dQ(t), then (with C in
-  // flight behind it) Q(t) and dO(t) released, the dQ tile staged.
+  // Group B of step `step`: dQ(t), then (with the next step's S^T, group C, in flight behind it
+  // when there is a next step: LookAhead) Q(t) and dO(t) released and the dQ tile staged.
   // (`step` = step0 + the step inside this tile: the dS^T buffer of the step.)
-  for (int step = step0; step < step0 + tile_steps - 1; ++step) {
+  auto dq_step = [&](int step, auto look_ahead) {
+    constexpr bool LookAhead = decltype(look_ahead)::value;
     uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
-
-    // Group B.
     wgmma_fence();
     float dq[Cfg::dq_cols() / 2];
     issue_dq<T, Cfg, Cfg::dq_cols()>(dq, ds_tile, qs, sK, dq_col0);
     wgmma_commit();
-    // Group C: the next step's S^T.
-    {
+    if constexpr (LookAhead) {
+      // Group C: the next step's S^T.
       Ring q_next = q;
       q_next.advance();
       issue_st_step<T, Cfg>(st, q_next, sK, r, s_col0);
+      wgmma_wait<1>();  // B retired (groups retire in order); C may run
+    } else {
+      wgmma_wait<0>();
     }
-    wgmma_wait<1>();  // B retired (groups retire in order); C may run
     fence_regs(dq);
 
     // Q(t), dO(t) and their vectors: every wgmma reading them (S^T, dP^T, A, B) has retired.
@@ -459,7 +459,10 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     dO.advance();
 
     stage_dq_tile<Cfg>(dq);  // deterministic mode: the writer warp orders the adds
-
+  };
+  int m = m_begin;
+  for (int step = step0; step < step0 + tile_steps - 1; ++step) {
+    dq_step(step, std::true_type{});
     // Group D: the next step's dP^T (dO has advanced to its stage).
     issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0);
     if (++m == m_end) m = m_begin;
@@ -467,19 +470,7 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
   }
   // The last step's group B alone, peeled: no look-ahead S^T and dP^T on a stage nobody loads.
   if (tile_steps > 0) {
-    const int step = step0 + tile_steps - 1;
-    uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
-    wgmma_fence();
-    float dq[Cfg::dq_cols() / 2];
-    issue_dq<T, Cfg, Cfg::dq_cols()>(dq, ds_tile, qs, sK, dq_col0);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(dq);
-    q.release(kBwdReleaseEveryThread || elected);
-    dO.release(kBwdReleaseEveryThread || elected);
-    q.advance();
-    dO.advance();
-    stage_dq_tile<Cfg>(dq);
+    dq_step(step0 + tile_steps - 1, std::false_type{});
     fence_regs(dk);  // the epilogue reads them: not before this wait
     fence_regs(dv);
   }
