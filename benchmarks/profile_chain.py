@@ -85,6 +85,24 @@ def profile_decode(impl: str, index: int, chains: int) -> None:
     report_chain(f, (q, k, v), CHAIN, chains, title, moved_gb, "GB/s")
 
 
+def profile_variant(impl: str, variant: str, chains: int) -> None:
+    """profile_impl for bench_variants.py's forward cell of `variant` (16 heads, hd128, 16k)."""
+    import bench_variants as bv
+    import jax.numpy as jnp
+    import numpy as np
+
+    cell = bv.Cell(variant, 1, 16384)
+    attn = bv.make_impl(impl, cell)
+    flops = bv.fwd_flops(cell)
+    n = max(2, min(32, int(np.ceil(bv.CHAIN_FLOPS / flops))))
+    keys = jax.random.split(jax.random.key(0), 3)
+    shape = (cell.batch, cell.seq, cell.heads, cell.head_dim)
+    q, k, v = (jax.random.normal(kk, shape, jnp.float32).astype(jnp.bfloat16) for kk in keys)
+    f = ba.compile_fn(ba.fwd_chain(attn, n), (q, k, v))
+    title = f"{impl}: {variant} 16k hd128 chain {n}"
+    report_chain(f, (q, k, v), n, chains, title, flops / 1e12, "TFLOP/s")
+
+
 def report_chain(f, args, n: int, chains: int, title: str, work: float, unit: str) -> None:
     """Times the compiled chain `f` of `n` calls, then traces `chains` runs of it and prints the
     GPU kernels of one chain and the gaps between them; `work` per call in `unit` x seconds."""
@@ -125,7 +143,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--chain-flops", type=float, default=2e12)
     p.add_argument("--chains", type=int, default=3)
     p.add_argument("--decode-cells", default="", help="bench_decode.py cell indices, e.g. 1,3")
+    p.add_argument("--variant", default="", help="a bench_variants.py variant, e.g. window4096")
     a = p.parse_args(argv)
+    if a.variant:
+        for impl in a.impls.split(","):
+            try:
+                profile_variant(impl, a.variant, a.chains)
+            except Exception as e:
+                print(f"\n== {impl}: {a.variant} failed: {ba.short_reason(e)}")
+        return 0
     if a.decode_cells:
         for index in (int(x) for x in a.decode_cells.split(",")):
             for impl in a.impls.split(","):
