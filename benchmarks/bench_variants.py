@@ -14,13 +14,21 @@ The grid of the variants issue: bf16, head dim 128, 16 heads, causal, one 16k-to
 and ``dense_causal`` at batch 8, seq 2048, which packed8x2048 is compared with (the same
 visible pairs, in separate rows). Peers, each where it has the variant: ``fa3`` (window,
 varlen), ``cudnn`` (``jax.nn.dot_product_attention``: window), ``tokamax`` (its Mosaic GPU
-kernel: window, soft cap), ``fa4jax`` (window, varlen). Timing as bench_attention.py: chains of
-calls in one jit, the median of repeats, backward = fwd+bwd chain minus the forward chain.
+kernel: window, soft cap), ``fa4jax`` (window, varlen). Timing: chains of calls in one jit (each
+call's output the next call's q, as bench_attention.py), the median of repeats, at two chain
+lengths n and 3n; ``fwd_tflops`` is from the slope, (t(3n) - t(n)) / 2n: the cost of one more call
+in a steady stream of calls, without the fixed cost of launching and synchronising one jit
+execution (0.4-0.5 ms on the H200, against 0.75 ms for one 16k window call: at the 5 calls a
+16k chain holds it would be a tenth of the figure, and favour the slower implementation).
+``fwd_tflops_chain`` is from t(3n) / 3n, that fixed cost included. The backward is the fwd+bwd
+chain minus the forward chain, both by the slope (``bwd_tflops``) and by the long chain
+(``bwd_tflops_chain``).
 
     python3 benchmarks/bench_variants.py --out results.json [--impls jax_fa4,fa3,...]
 
 Writes ``{"date", "environment", "records"}``, each record ``{"impl", "variant", "head_dim",
-"seq", "batch", "causal", "fwd_tflops", "bwd_tflops", "note"}`` (null where not measured).
+"seq", "batch", "causal", "fwd_tflops", "bwd_tflops", "fwd_tflops_chain", "bwd_tflops_chain",
+"note"}`` (null where not measured).
 """
 
 from __future__ import annotations
@@ -198,22 +206,33 @@ def measure(impl: str, cell: Cell, repeats: int, do_bwd: bool) -> dict[str, Any]
         return rec
     flops = fwd_flops(cell)
     n = max(2, min(32, int(np.ceil(CHAIN_FLOPS / flops))))
+    n_long = 3 * n
     keys = jax.random.split(jax.random.key(0), 4)
     shape = (cell.batch, cell.seq, cell.heads, cell.head_dim)
     q, k, v, do = (jax.random.normal(kk, shape, jnp.float32).astype(jnp.bfloat16) for kk in keys)
-    notes = [f"chain {n}"]
+    rec["fwd_tflops_chain"] = rec["bwd_tflops_chain"] = None
+    notes = [f"chains {n} and {n_long}"]
+
+    def timed(chain: Callable[[Any, int], Callable[..., Any]], args: tuple) -> tuple[float, float]:
+        """(slope, long-chain) seconds per call of `chain`."""
+        t_short, t_long = (
+            time_compiled(compile_fn(chain(attn, m), args), args, repeats, 1.0) for m in (n, n_long)
+        )
+        return (t_long - t_short) / (n_long - n), t_long / n_long
+
     try:
-        f = compile_fn(fwd_chain(attn, n), (q, k, v))
-        t_fwd = time_compiled(f, (q, k, v), repeats, 1.0) / n
+        t_fwd, t_fwd_chain = timed(fwd_chain, (q, k, v))
         rec["fwd_tflops"] = round(flops / t_fwd / 1e12, 1)
-        notes.append(f"fwd {t_fwd * 1e3:.3f} ms")
+        rec["fwd_tflops_chain"] = round(flops / t_fwd_chain / 1e12, 1)
+        notes.append(f"fwd {t_fwd * 1e3:.3f} ms (chain {t_fwd_chain * 1e3:.3f})")
         print(f"  {impl} {cell.variant}: fwd {rec['fwd_tflops']} TFLOP/s", flush=True)
         if do_bwd:
-            g = compile_fn(fwd_bwd_chain(attn, n), (q, k, v, do))
-            t_bwd = time_compiled(g, (q, k, v, do), repeats, 1.0) / n - t_fwd
-            if t_bwd > 0:
+            t_all, t_all_chain = timed(fwd_bwd_chain, (q, k, v, do))
+            t_bwd, t_bwd_chain = t_all - t_fwd, t_all_chain - t_fwd_chain
+            if t_bwd > 0 and t_bwd_chain > 0:
                 rec["bwd_tflops"] = round(2.5 * flops / t_bwd / 1e12, 1)
-                notes.append(f"bwd {t_bwd * 1e3:.3f} ms")
+                rec["bwd_tflops_chain"] = round(2.5 * flops / t_bwd_chain / 1e12, 1)
+                notes.append(f"bwd {t_bwd * 1e3:.3f} ms (chain {t_bwd_chain * 1e3:.3f})")
     except Exception as e:
         traceback.print_exc()
         notes.append(f"failed: {short_reason(e)}")
