@@ -62,39 +62,30 @@ struct FwdScores {
     }
   }
 
-  // What key block kb (of N keys) needs of the per-element mask for these rows: 0 nothing,
-  // kNeedBand the band and lengths compare, kNeedBand | kNeedIds the segment-id compare too. A
-  // packed document's diagonal block needs the band alone: its rows and every 64-key chunk it
-  // holds below kv_len carry the rows' one id, so the id compare would keep every element.
-  static constexpr int kNeedBand = 1, kNeedIds = 2;
+  // Whether key block kb (of N keys) needs the per-element mask for these rows.
   template <int N>
-  __device__ __forceinline__ int mask_need(int kb) const {
+  __device__ __forceinline__ bool needs_mask(int kb) const {
     const int c0 = kb * N, col_end = (kb + 1) * N;
     if constexpr (M == MaskKind::kVariant) {
       // TileMask::needs_mask, from the per-tile values.
-      const bool band = !rows_real || c0 < full_lo || col_end > full_hi || col_end > mask.kv_len;
-      if (mask.kv_ids == nullptr) return band ? kNeedBand : 0;
-      if (!rows_single) return kNeedBand | kNeedIds;  // also every tile with padding rows
-      // Chunks from kv_len on (the last block may overhang seq_k) are never read: the band
-      // masks those keys already.
-      const int c_end = imin(col_end, mask.kv_len);
-      for (int c = c0 / kSegmentChunk; c0 < c_end && c <= (c_end - 1) / kSegmentChunk; ++c)
-        if (__ldg(mask.kv_ranges + 2 * c) != single_id || __ldg(mask.kv_ranges + 2 * c + 1) != single_id)
-          return kNeedBand | kNeedIds;
-      return band ? kNeedBand : 0;
+      if (!rows_real || c0 < full_lo || col_end > full_hi || col_end > mask.kv_len) return true;
+      if (mask.kv_ids == nullptr) return false;
+      if (!rows_single) return true;
+      for (int c = c0 / kSegmentChunk; c <= (col_end - 1) / kSegmentChunk; ++c)
+        if (__ldg(mask.kv_ranges + 2 * c) != single_id || __ldg(mask.kv_ranges + 2 * c + 1) != single_id) return true;
+      return false;
     } else {
       // The dense / causal test in the kernels' original form (TileMask::needs_mask agrees: rows
       // never pass q_len = seq_q here, and no key lies left of the band).
-      if (col_end > mask.kv_len) return kNeedBand;
-      return M == MaskKind::kCausal && col_end - 1 > r0 + mask.kv_len - mask.q_len ? kNeedBand : 0;
+      if (col_end > mask.kv_len) return true;
+      return M == MaskKind::kCausal && col_end - 1 > r0 + mask.kv_len - mask.q_len;
     }
   }
 
   // Masked scores of a 64 x 2 NAcc fragment (key columns from col0) become -inf: selected, never
-  // multiplied, so a NaN or Inf score of an invisible key reaches no row. ids: the segment-id
-  // compare as well (kVariant with segment ids; mask_need says when it can change nothing).
+  // multiplied, so a NaN or Inf score of an invisible key reaches no row.
   template <int NAcc>
-  __device__ __forceinline__ void apply(float (&s)[NAcc], int col0, int row0, int lane, bool ids) const {
+  __device__ __forceinline__ void apply(float (&s)[NAcc], int col0, int row0, int lane) const {
     const int col_base = col0 + 2 * (lane & 3);
     if constexpr (M == MaskKind::kVariant) {
 #pragma unroll
@@ -109,7 +100,7 @@ struct FwdScores {
           }
         }
       }
-      if (ids) {
+      if (mask.kv_ids != nullptr) {
         // The ids of this thread's columns, from L2 (a quad's lanes read 8 consecutive ids; the
         // warp's 8 quads read the same ones). Columns past kv_len are masked by the band already.
 #pragma unroll
@@ -150,8 +141,7 @@ struct FwdScores {
 #pragma unroll
       for (int q = 0; q < NAcc; ++q) s[q] = tanh_approx(s[q] * cap_scale);
     }
-    const int need = mask_need<N>(kb);
-    if (need) apply(s, kb * N, row0, lane, (need & kNeedIds) != 0);
+    if (needs_mask<N>(kb)) apply(s, kb * N, row0, lane);
   }
 };
 

@@ -708,35 +708,26 @@ def warpgroup_blocks(cfg, mask, m0, c, seq_q, begin, end):
     return (b if mask.kind == "variant" else begin), e
 
 
-NEED_BAND, NEED_IDS = 1, 2
-
-
-def scores_mask_need(mask, mask_r0, mask_r1, kb, n):
-    """fwd/score.cuh FwdScores::mask_need<N>(kb) (its per-tile values computed as there): 0, NEED_BAND,
-    or NEED_BAND | NEED_IDS."""
+def scores_needs_mask(mask, mask_r0, mask_r1, kb, n):
+    """fwd/score.cuh FwdScores::needs_mask<N>(kb) (its per-tile values computed as there)."""
     c0, col_end = kb * n, (kb + 1) * n
     if mask.kind != "variant":
         if col_end > mask.kv_len:
-            return NEED_BAND
-        causal_partial = mask.kind == "causal" and col_end - 1 > mask_r0 + mask.kv_len - mask.q_len
-        return NEED_BAND if causal_partial else 0
+            return True
+        return mask.kind == "causal" and col_end - 1 > mask_r0 + mask.kv_len - mask.q_len
     r1 = min(mask_r1, mask.q_len)
     rows_real = mask_r0 < r1 and mask_r1 <= mask.q_len
-    band = not rows_real
-    if rows_real:
-        full_lo, full_hi = mask.key_lo(r1 - 1), mask.key_hi(mask_r0)
-        band = c0 < full_lo or col_end > full_hi or col_end > mask.kv_len
-    if mask.kv_ids is None:
-        return NEED_BAND if band else 0
     if not rows_real:
-        return NEED_BAND | NEED_IDS
+        return True
+    full_lo, full_hi = mask.key_lo(r1 - 1), mask.key_hi(mask_r0)
+    if c0 < full_lo or col_end > full_hi or col_end > mask.kv_len:
+        return True
+    if mask.kv_ids is None:
+        return False
     v = _at(mask.q_ranges, mask_r0 // CHUNK)[0]
     if any(_at(mask.q_ranges, c) != (v, v) for c in range(mask_r0 // CHUNK, (r1 - 1) // CHUNK + 1)):
-        return NEED_BAND | NEED_IDS
-    c_end = min(col_end, mask.kv_len)
-    if c0 < c_end and any(_at(mask.kv_ranges, c) != (v, v) for c in range(c0 // CHUNK, (c_end - 1) // CHUNK + 1)):
-        return NEED_BAND | NEED_IDS
-    return NEED_BAND if band else 0
+        return True
+    return any(_at(mask.kv_ranges, c) != (v, v) for c in range(c0 // CHUNK, (col_end - 1) // CHUNK + 1))
 
 
 # The forward configurations (fwd/config.cuh) per head dim and kind: consumer warpgroups W, key
@@ -868,21 +859,11 @@ def tile_plan(cfg, p, m_blocks_list, vis=None, check=True):
                 mask_r1 = min(m0 + c * 64 + 64 if own_rows else m0 + bm, p.seq_q)
                 sub = rows[mask_r0 - m0:mask_r1 - m0]
                 for kb in range(mb, me):
-                    need = scores_mask_need(mask, mask_r0, mask_r1, kb, n)
-                    blk = sub[:, kb * n:(kb + 1) * n]
-                    if not need:
+                    if not scores_needs_mask(mask, mask_r0, mask_r1, kb, n):
+                        blk = sub[:, kb * n:(kb + 1) * n]
                         assert blk.shape[1] == n and blk.all(), (
                             f"m block {m} warpgroup {c}: block {kb} unmasked but not all visible"
                         )
-                    elif not need & NEED_IDS:
-                        # The band compare alone must give the visibility: every key of the
-                        # rows' band in this block is visible (its id matches).
-                        for r in range(mask_r0, min(mask_r1, mask.q_len)):
-                            lo = max(mask.key_lo(r), kb * n)
-                            hi = min(mask.key_hi(r), (kb + 1) * n)
-                            assert blk[r - mask_r0, lo - kb * n:max(lo, hi) - kb * n].all(), (
-                                f"m block {m} warpgroup {c}: block {kb} band-only but an id differs in row {r}"
-                            )
         plan.append((begin, end, mine))
     return plan
 
