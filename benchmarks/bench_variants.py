@@ -195,6 +195,8 @@ def measure(impl: str, cell: Cell, repeats: int, do_bwd: bool) -> dict[str, Any]
         "causal": True,
         "fwd_tflops": None,
         "bwd_tflops": None,
+        "fwd_tflops_chain": None,
+        "bwd_tflops_chain": None,
     }
     try:
         attn = make_impl(impl, cell)
@@ -210,7 +212,6 @@ def measure(impl: str, cell: Cell, repeats: int, do_bwd: bool) -> dict[str, Any]
     keys = jax.random.split(jax.random.key(0), 4)
     shape = (cell.batch, cell.seq, cell.heads, cell.head_dim)
     q, k, v, do = (jax.random.normal(kk, shape, jnp.float32).astype(jnp.bfloat16) for kk in keys)
-    rec["fwd_tflops_chain"] = rec["bwd_tflops_chain"] = None
     notes = [f"chains {n} and {n_long}"]
 
     def timed(chain: Callable[[Any, int], Callable[..., Any]], args: tuple) -> tuple[float, float]:
