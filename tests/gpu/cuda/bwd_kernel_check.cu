@@ -24,7 +24,8 @@
 // --no-variants skips it, --variants-only runs it alone. --window L,R (a bound >= 1073741824 is
 // unbounded), --lengths, --segments sorted|unsorted, --softcap C and --sinks apply one variant to
 // the dense / causal shape list instead, and --window / --softcap to the --bench rows; --bench-docs
-// N packs the --bench rows with N equal documents (sorted segment ids). The
+// N packs the --bench rows with N equal documents (sorted segment ids); --bench-heads H and
+// --bench-heads-kv HKV set their query and kv heads (GQA rows; HKV must divide H). The
 // persistent configuration runs dense and causal only, so variant cases skip it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -76,6 +77,9 @@ static int g_lpt = -1;
 static int g_max_ctas = 0;
 // --bench-docs N: the --bench rows packed with N equal documents per row (sorted segment ids).
 static int g_bench_docs = 0;
+// --bench-heads H, --bench-heads-kv HKV: the --bench rows' query and kv heads (default 2048 / d
+// each: the FA3 grid's hidden 2048 without GQA).
+static int g_bench_heads = 0, g_bench_heads_kv = 0;
 
 static std::string launch_target(const Target& t, const BwdProblem& p, const BwdWorkspace& ws) {
   if (!t.launch) return fa4::hopper::launch_bwd(p, ws, 0);
@@ -489,13 +493,19 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Target*>
                   const std::vector<int>& dims, bool with_det, const Variant& given) {
   std::printf("\nkernel-only backward timing (preprocess + main + postprocess), FA3 grid (bf16, 16k tokens, "
               "hidden 2048), median of 10; TFLOP/s with backward FLOPs = 2.5 x forward; window (%d, %d), soft "
-              "cap %g, %d documents per row\n", given.left, given.right, given.softcap, g_bench_docs);
+              "cap %g, %d documents per row, heads %d / kv %d (0: 2048 / d)\n", given.left, given.right, given.softcap,
+              g_bench_docs, g_bench_heads, g_bench_heads_kv);
   std::printf("%5s %7s %6s %6s %-18s %4s %10s %9s\n", "hd", "causal", "seq", "batch", "config", "det", "ms", "TFLOP/s");
   for (int d : dims) {
     for (int causal = 0; causal < 2; ++causal) {
       for (int s : seqs) {
-        const int b = 16384 / s, h = 2048 / d;
-        const size_t n = size_t(b) * s * h * d;
+        const int b = 16384 / s, h = g_bench_heads > 0 ? g_bench_heads : 2048 / d;
+        const int hkv = g_bench_heads_kv > 0 ? g_bench_heads_kv : h;
+        if (hkv > h || h % hkv != 0) {
+          std::printf("--bench-heads-kv %d must divide the query heads (%d)\n", hkv, h);
+          std::exit(2);
+        }
+        const size_t n = size_t(b) * s * h * d;  // k, v, dk, dv are allocated as large (hkv <= h)
         void *q, *k, *v, *o, *dout, *dq, *dk, *dv;
         float *lse, *dlse;
         for (void** ptr : {&q, &k, &v, &o, &dout, &dq, &dk, &dv}) CHECK_CUDA(cudaMalloc(ptr, n * 2));
@@ -510,7 +520,7 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Target*>
         std::vector<float> hl(size_t(b) * h * s, std::log(float(s)) + 4.f);
         CHECK_CUDA(cudaMemcpy(lse, hl.data(), hl.size() * 4, cudaMemcpyHostToDevice));
         CHECK_CUDA(cudaMemset(dlse, 0, hl.size() * 4));
-        BwdProblem p{{b, s, s, h, h, d, Dtype::kBf16, 1.f / std::sqrt(float(d)), causal != 0},
+        BwdProblem p{{b, s, s, h, hkv, d, Dtype::kBf16, 1.f / std::sqrt(float(d)), causal != 0},
                      q, k, v, o, lse, dout, dlse, dq, dk, dv, false};
         p.variant.window_left = given.left;
         p.variant.window_right = given.right;
@@ -643,6 +653,9 @@ int main(int argc, char** argv) {
     // Persistent configurations: cap the grid so even small cases run many tiles per CTA.
     else if (!std::strcmp(argv[i], "--max-ctas") && i + 1 < argc) g_max_ctas = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--bench-docs") && i + 1 < argc) g_bench_docs = std::max(0, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--bench-heads") && i + 1 < argc) g_bench_heads = std::max(0, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--bench-heads-kv") && i + 1 < argc)
+      g_bench_heads_kv = std::max(0, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--lpt") && i + 1 < argc) g_lpt = std::atoi(argv[++i]) != 0 ? 1 : 0;
     else if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = int_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--timeout") && i + 1 < argc) g_timeout_s = std::max(1, std::atoi(argv[++i]));
