@@ -41,8 +41,8 @@ def opcode(line: str) -> str:
 
 
 def innermost_loop(lines: Sequence[str]) -> list[str]:
-    """The shortest backward-branch range of at least 150 instructions (a main loop, not a
-    barrier spin)."""
+    """The shortest backward-branch range of at least 150 instructions with at least 16 MUFU (an
+    attention main loop, not a barrier spin or an epilogue loop)."""
     labels: dict[str, int] = {}
     body: list[str] = []
     for line in lines:
@@ -55,9 +55,11 @@ def innermost_loop(lines: Sequence[str]) -> list[str]:
     for i, line in enumerate(body):
         m = re.search(r"BRA\s+`?\(?(\.L_x_\d+)", line)
         if m and m.group(1) in labels and labels[m.group(1)] <= i and i - labels[m.group(1)] >= 150:
-            loops.append(body[labels[m.group(1)] : i + 1])
+            loop = body[labels[m.group(1)] : i + 1]
+            if sum(opcode(x).startswith("MUFU") for x in loop) >= 16:
+                loops.append(loop)
     if not loops:
-        raise SystemExit("no loop of 150 or more instructions")
+        raise SystemExit("no loop of 150 or more instructions with 16 or more MUFU")
     return min(loops, key=len)
 
 
