@@ -38,7 +38,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from bench_attention import compile_fn, environment, short_reason, time_compiled  # noqa: E402
+from bench_attention import (  # noqa: E402
+    compile_fn,
+    environment,
+    fwd_chain,
+    short_reason,
+    time_compiled,
+)
 
 IMPLS = ("jax_fa4", "cudnn", "fa3", "xla")
 HEAD_DIM = 128
@@ -83,6 +89,22 @@ def make_impl(
     raise ValueError(f"unknown implementation {impl!r}; known: {', '.join(IMPLS)}")
 
 
+def make_inputs(cell: tuple[int, ...]) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """q [b, sq, hq, d], k and v [b, sk, hkv, d] (bf16, random normal) and the cache lengths
+    [b] (= sk) of `cell`."""
+    b, sq, sk, hq, hkv = cell
+    kq, kk, kv = jax.random.split(jax.random.key(0), 3)
+    q = jax.random.normal(kq, (b, sq, hq, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
+    k = jax.random.normal(kk, (b, sk, hkv, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
+    v = jax.random.normal(kv, (b, sk, hkv, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
+    return q, k, v, jnp.full((b,), sk, jnp.int32)
+
+
+def moved_bytes(q: jax.Array, k: jax.Array) -> int:
+    """Bytes one call moves: q and o, k and v, 2 bytes each."""
+    return 2 * (2 * q.size + 2 * k.size)
+
+
 def measure(impl: str, cell: tuple[int, ...], repeats: int) -> dict[str, Any]:
     """One record of `impl` on `cell` (fwd_us / fwd_gbps null where it failed)."""
     b, sq, sk, hq, hkv = cell
@@ -100,31 +122,18 @@ def measure(impl: str, cell: tuple[int, ...], repeats: int) -> dict[str, Any]:
         "fwd_us_chain": None,
         "fwd_gbps_chain": None,
     }
-    kq, kk, kv = jax.random.split(jax.random.key(0), 3)
-    q = jax.random.normal(kq, (b, sq, hq, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
-    k = jax.random.normal(kk, (b, sk, hkv, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
-    v = jax.random.normal(kv, (b, sk, hkv, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
-    lengths = jnp.full((b,), sk, jnp.int32)
+    q, k, v, lengths = make_inputs(cell)
     try:
         attn = make_impl(impl, lengths)
-
-        def chain_of(n: int) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
-            def chain(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
-                for _ in range(n):
-                    q = attn(q, k, v).astype(q.dtype)
-                return q
-
-            return chain
-
         t_short, t_long = (
-            time_compiled(compile_fn(chain_of(n), (q, k, v)), (q, k, v), repeats, 1.0)
+            time_compiled(compile_fn(fwd_chain(attn, n), (q, k, v)), (q, k, v), repeats, 1.0)
             for n in (CHAIN_SHORT, CHAIN)
         )
     except Exception as e:  # a peer without this shape: recorded, not fatal
         rec["note"] = f"failed: {short_reason(e)}"
         return rec
     t = (t_long - t_short) / (CHAIN - CHAIN_SHORT)
-    moved = 2 * (2 * q.size + 2 * k.size)  # q and o, k and v, 2 bytes each
+    moved = moved_bytes(q, k)
     rec["fwd_us"] = round(t * 1e6, 1)
     rec["fwd_gbps"] = round(moved / t / 1e9)
     rec["fwd_us_chain"] = round(t_long / CHAIN * 1e6, 1)

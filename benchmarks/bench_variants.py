@@ -184,6 +184,19 @@ def make_impl(impl: str, cell: Cell) -> Callable[..., jax.Array]:
     raise ValueError(f"unknown implementation {impl!r}; known: {', '.join(IMPLS)}")
 
 
+def chain_length(cell: Cell) -> int:
+    """Calls in the short timing chain of `cell` (about CHAIN_FLOPS of forward work, 2 to 32)."""
+    return max(2, min(32, int(np.ceil(CHAIN_FLOPS / fwd_flops(cell)))))
+
+
+def make_inputs(cell: Cell) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """q, k, v and dO of `cell`: bf16 random normal, [batch, seq, heads, head_dim] each."""
+    keys = jax.random.split(jax.random.key(0), 4)
+    shape = (cell.batch, cell.seq, cell.heads, cell.head_dim)
+    q, k, v, do = (jax.random.normal(kk, shape, jnp.float32).astype(jnp.bfloat16) for kk in keys)
+    return q, k, v, do
+
+
 def measure(impl: str, cell: Cell, repeats: int, do_bwd: bool) -> dict[str, Any]:
     """One record: TFLOP/s over visible pairs of `impl` on `cell` (null where it failed)."""
     rec: dict[str, Any] = {
@@ -207,11 +220,9 @@ def measure(impl: str, cell: Cell, repeats: int, do_bwd: bool) -> dict[str, Any]
         rec["note"] = f"unavailable: {short_reason(e)}"
         return rec
     flops = fwd_flops(cell)
-    n = max(2, min(32, int(np.ceil(CHAIN_FLOPS / flops))))
+    n = chain_length(cell)
     n_long = 3 * n
-    keys = jax.random.split(jax.random.key(0), 4)
-    shape = (cell.batch, cell.seq, cell.heads, cell.head_dim)
-    q, k, v, do = (jax.random.normal(kk, shape, jnp.float32).astype(jnp.bfloat16) for kk in keys)
+    q, k, v, do = make_inputs(cell)
     notes = [f"chains {n} and {n_long}"]
 
     def timed(chain: Callable[[Any, int], Callable[..., Any]], args: tuple) -> tuple[float, float]:

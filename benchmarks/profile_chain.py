@@ -64,43 +64,26 @@ def profile_impl(impl: str, cell: ba.Cell, dtype, chain_flops: float, chains: in
 
 def profile_decode(impl: str, index: int, chains: int) -> None:
     """profile_impl for bench_decode.py's cell CELLS[index] (its chain, inputs and lengths)."""
-    import jax.numpy as jnp
-    from bench_decode import CELLS, CHAIN, HEAD_DIM, make_impl
+    import bench_decode as bd
 
-    b, sq, sk, hq, hkv = CELLS[index]
-    kq, kk, kv = jax.random.split(jax.random.key(0), 3)
-    q = jax.random.normal(kq, (b, sq, hq, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
-    k = jax.random.normal(kk, (b, sk, hkv, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
-    v = jax.random.normal(kv, (b, sk, hkv, HEAD_DIM), jnp.float32).astype(jnp.bfloat16)
-    attn = make_impl(impl, jnp.full((b,), sk, jnp.int32))
-
-    def chain(q, k, v):
-        for _ in range(CHAIN):
-            q = attn(q, k, v).astype(q.dtype)
-        return q
-
-    f = ba.compile_fn(chain, (q, k, v))
-    moved_gb = 2 * (2 * q.size + 2 * k.size) / 1e9
-    title = f"{impl}: decode {b} x {sk}, seq_q {sq}, heads {hq}/{hkv} chain {CHAIN}"
-    report_chain(f, (q, k, v), CHAIN, chains, title, moved_gb, "GB/s")
+    cell = bd.CELLS[index]
+    b, sq, sk, hq, hkv = cell
+    q, k, v, lengths = bd.make_inputs(cell)
+    f = ba.compile_fn(ba.fwd_chain(bd.make_impl(impl, lengths), bd.CHAIN), (q, k, v))
+    title = f"{impl}: decode {b} x {sk}, seq_q {sq}, heads {hq}/{hkv} chain {bd.CHAIN}"
+    report_chain(f, (q, k, v), bd.CHAIN, chains, title, bd.moved_bytes(q, k) / 1e9, "GB/s")
 
 
 def profile_variant(impl: str, variant: str, chains: int) -> None:
     """profile_impl for bench_variants.py's forward cell of `variant` (16 heads, hd128, 16k)."""
     import bench_variants as bv
-    import jax.numpy as jnp
-    import numpy as np
 
     cell = bv.Cell(variant, 1, 16384)
-    attn = bv.make_impl(impl, cell)
-    flops = bv.fwd_flops(cell)
-    n = max(2, min(32, int(np.ceil(bv.CHAIN_FLOPS / flops))))
-    keys = jax.random.split(jax.random.key(0), 3)
-    shape = (cell.batch, cell.seq, cell.heads, cell.head_dim)
-    q, k, v = (jax.random.normal(kk, shape, jnp.float32).astype(jnp.bfloat16) for kk in keys)
-    f = ba.compile_fn(ba.fwd_chain(attn, n), (q, k, v))
+    n = bv.chain_length(cell)
+    q, k, v, _ = bv.make_inputs(cell)
+    f = ba.compile_fn(ba.fwd_chain(bv.make_impl(impl, cell), n), (q, k, v))
     title = f"{impl}: {variant} 16k hd128 chain {n}"
-    report_chain(f, (q, k, v), n, chains, title, flops / 1e12, "TFLOP/s")
+    report_chain(f, (q, k, v), n, chains, title, bv.fwd_flops(cell) / 1e12, "TFLOP/s")
 
 
 def report_chain(f, args, n: int, chains: int, title: str, work: float, unit: str) -> None:
