@@ -15,6 +15,12 @@
 #   decode    benchmarks/bench_decode.py $DECODE_ARGS (only when named in STAGES; the FA3 binding
 #             from ../shared/peers when .peers/bin/env.sh is there), then the harness's kernel-only
 #             --decode-bench
+#   build     only the harness build (no GPU needed: build here, carry HARNESS_DIR), of the sources
+#             under HARNESS_SRC (default the repository; a `git worktree` of another revision for an
+#             A/B), into HARNESS_DIR (default /tmp/harness); BUILD_JOBS (default 16) compiles at once
+#   ab        kernel-only A/B: AB_ROUNDS (default 2) alternating runs of $AB_BASE/${AB_HARNESS}_check
+#             and this run's harness with $AB_ARGS (AB_HARNESS fwd or bwd; AB_BASE a HARNESS_DIR
+#             of the other revision), e.g. AB_ARGS="--no-check --bench --configs library --hd 128"
 # HARNESS_PREBUILT names a folder holding fwd_check and bwd_check (and bwd_check_race, the racecheck
 # build with -DFA4_BWD_RELEASE_EVERY_THREAD=1) built with NVCC_FLAGS below (the
 # harness build is then skipped). TESTS_CAP (default 420 s) bounds the pytest stage; TESTS_ARGS (default tests/gpu) picks what it runs, so
@@ -44,7 +50,8 @@ if [ -d .whl ]; then  # wheels the machine lacks (benchmark peers), carried
 fi
 
 # The harness build runs beside the pip build.
-H=/tmp/harness
+H=${HARNESS_DIR:-/tmp/harness}
+mkdir -p "$H" && H=$(cd "$H" && pwd)
 NVCC_FLAGS="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo -Icuda -Xcompiler -fopenmp"
 FWD_SRCS="cuda/hopper/fwd/hd64.cu cuda/hopper/fwd/hd128.cu cuda/hopper/fwd/hd256.cu cuda/hopper/fwd/launch.cu cuda/hopper/decode/split_kv.cu
           tests/gpu/cuda/fwd_kernel_check.cu"
@@ -53,13 +60,15 @@ BWD_SRCS="cuda/hopper/bwd/hd64.cu cuda/hopper/bwd/hd128.cu cuda/hopper/bwd/hd256
 build_harness() {
   mkdir -p $H/fwd $H/bwd
   local f pids=()
+  slot() { while [ "$(jobs -rp | wc -l)" -ge "${BUILD_JOBS:-16}" ]; do sleep 1; done; }
   nvcc $NVCC_FLAGS -c cuda/hopper/common/tensor_map.cu -o $H/tensor_map.o & pids+=($!)
-  for f in $FWD_SRCS; do nvcc $NVCC_FLAGS -c $f -o $H/fwd/$(basename $f .cu).o 2> $H/fwd/$(basename $f .cu).log & pids+=($!); done
+  for f in $FWD_SRCS; do slot; nvcc $NVCC_FLAGS -c $f -o $H/fwd/$(basename $f .cu).o 2> $H/fwd/$(basename $f .cu).log & pids+=($!); done
   # bwd_race: the racecheck build of the backward (docs/hopper-kernels.md A.6, the lse / delta
   # report): every consumer thread arrives on the stage's empty barrier itself, so racecheck sees
   # each read ordered before the refill in one thread's program order.
   mkdir -p $H/bwd_race
   for f in $BWD_SRCS; do
+    slot
     nvcc $NVCC_FLAGS -c $f -o $H/bwd/$(basename $f .cu).o 2> $H/bwd/$(basename $f .cu).log & pids+=($!)
     nvcc $NVCC_FLAGS -DFA4_BWD_RELEASE_EVERY_THREAD=1 -c $f -o $H/bwd_race/$(basename $f .cu).o 2> $H/bwd_race/$(basename $f .cu).log & pids+=($!)
   done
@@ -68,7 +77,9 @@ build_harness() {
     && nvcc $NVCC_FLAGS $H/bwd_race/*.o $H/tensor_map.o -o $H/bwd_check_race
 }
 
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a "$S"
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a "$S"
+fi
 if has install; then
   stamp "pip install . (background)"
   (python3 -m pip install --no-build-isolation -q . > "$OUT/install.txt" 2>&1; echo $? > /tmp/install.rc) &
@@ -77,9 +88,9 @@ fi
 if [ -n "${HARNESS_PREBUILT:-}" ]; then  # fwd_check / bwd_check built elsewhere with the flags above
   mkdir -p $H && cp "$HARNESS_PREBUILT"/fwd_check "$HARNESS_PREBUILT"/bwd_check $H/ && stamp "harness from $HARNESS_PREBUILT"
   [ -f "$HARNESS_PREBUILT"/bwd_check_race ] && cp "$HARNESS_PREBUILT"/bwd_check_race $H/
-elif has harness || has sanitize; then
-  stamp "harness build"
-  build_harness > "$OUT/harness_build.txt" 2>&1
+elif has harness || has sanitize || has build || has ab; then
+  stamp "harness build of ${HARNESS_SRC:-.} into $H"
+  (cd "${HARNESS_SRC:-.}" && build_harness) > "$OUT/harness_build.txt" 2>&1
   stamp "harness build rc=$?"
 fi
 # The harnesses do not need the package: they run while pip still builds.
@@ -197,6 +208,17 @@ if has decode; then
     timeout "$(cap 90 5)" $H/fwd_check --no-check --decode-bench > "$OUT/decode_kernel.txt" 2>&1
     tail -12 "$OUT/decode_kernel.txt" | tee -a "$S"
   fi
+fi
+if has ab; then
+  stamp "A/B: $AB_BASE against $H, ${AB_HARNESS:-fwd}_check ${AB_ARGS:-}"
+  for r in $(seq 1 "${AB_ROUNDS:-2}"); do
+    for side in "A $AB_BASE" "B $H"; do
+      set -- $side
+      echo "== $1 round $r" | tee -a "$S"
+      # shellcheck disable=SC2086
+      timeout "$(cap 120 10)" "$2/${AB_HARNESS:-fwd}_check" ${AB_ARGS:-} 2>&1 | grep -E "^ +[0-9]+ " | tee -a "$S"
+    done
+  done
 fi
 wait_install
 stamp "done"
