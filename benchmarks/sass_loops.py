@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import pathlib
 import re
 import sys
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ def load(path: str, function: str | None = None) -> list[str]:
     """The instruction and label lines of `path`, of the kernels whose name matches `function`."""
     out: list[str] = []
     keep = function is None
-    for line in open(path).read().split("\n"):
+    for line in pathlib.Path(path).read_text().split("\n"):
         line = re.sub(r"/\*[0-9a-f]+\*/", "", line).strip()
         if line.startswith(".text."):
             keep = function is None or re.search(function, line) is not None
