@@ -6,6 +6,7 @@
 // registers for those two products; dQ needs dS with keys as the reduction dimension, which is
 // exactly dS^T stored row by row (an MN-major A operand), so no transpose is ever done.
 #pragma once
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -148,6 +149,16 @@ __device__ __forceinline__ uint32_t nonzero_halves(uint32_t x) {
   return m;
 }
 
+// Dense / causal: the columns c (relative to query0, the thread's first query column) that key
+// `key` hides are exactly c < the returned threshold: all of them for a key past seq_k, none for
+// a dense key, and for a causal key the queries before its diagonal (key visible to query iff
+// key <= query + seq_k - seq_q).
+template <bool Causal>
+__device__ __forceinline__ int bwd_hide_below(const BwdArgs& args, int key, int query0) {
+  if (key >= args.seq_k) return INT_MAX;
+  return Causal ? key - (args.seq_k - args.seq_q) - query0 : INT_MIN;
+}
+
 // The softmax part of a step, on the S^T and dP^T wgmma groups in flight (waits for them in issue
 // order): P^T = 2^(S^T * scale * log2 e - lse2[query]), masked entries exactly 0, then
 // dS^T = P^T * (dP^T - delta'[query]), both packed to the input dtype for the dV / dK products.
@@ -156,9 +167,11 @@ __device__ __forceinline__ uint32_t nonzero_halves(uint32_t x) {
 // need_mask (a partial tile): masked entries get P = 0 and dS = 0 by select, never by a product
 // with 0, so a NaN / Inf in an invisible score or in the dP of an invisible pair (its V or dO row)
 // reaches neither.
-//   kDense / kCausal: P = 0 selected inline (the sequence end and the causal diagonal); dS is
-//     cleared after the packing where the packed P is 0 (for a visible entry whose P underflowed
-//     to 0, dS = 0 * (dP - delta) is 0 anyway when that is finite).
+//   kDense / kCausal: each of the thread's two key rows hides the columns below one threshold
+//     (bwd_hide_below), so an element costs one compare against a constant, in a pass of its own
+//     after the exponentials (ptxas then issues all of them under the dP^T product at hd64, 34 of
+//     64 with the test inline). dS is cleared after the packing where the packed P is 0 (for a visible entry whose
+//     P underflowed to 0, dS = 0 * (dP - delta) is 0 anyway when that is finite).
 //   kVariant: the caller follows this (need_mask = false) with bwd_variant_mask_pds.
 // SoftCap (kVariant only): S' = c tanh(u), u = S * softmax_scale / c; P = 2^(c log2(e) t - lse2)
 // and dS = P (dP - delta) (1 - t^2), the chain rule through the cap (softmax_scale is applied to
@@ -185,14 +198,18 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
       for (int i = 0; i < 2; ++i) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          float p = exp2_approx(fmaf(st[4 * j + 2 * i + e], args.scale_log2, -(e ? l.y : l.x)));
-          if (K != MaskKind::kVariant && need_mask) {
-            const int key = key_row0 + 8 * i;
-            const int query = query0 + 8 * j + e;
-            if (key >= args.seq_k || (Causal && key > query + args.seq_k - args.seq_q)) p = 0.f;
-          }
-          st[4 * j + 2 * i + e] = p;
+          st[4 * j + 2 * i + e] = exp2_approx(fmaf(st[4 * j + 2 * i + e], args.scale_log2, -(e ? l.y : l.x)));
         }
+      }
+    }
+    if (K != MaskKind::kVariant && need_mask) {
+      int hide_below[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) hide_below[i] = bwd_hide_below<Causal>(args, key_row0 + 8 * i, query0);
+#pragma unroll
+      for (int k = 0; k < NS / 2; ++k) {
+        const int j = k / 4, i = (k / 2) % 2, e = k % 2;  // element 4j + 2i + e: key row i, column 8j + e
+        if (8 * j + e < hide_below[i]) st[k] = 0.f;
       }
     }
   }
@@ -308,7 +325,9 @@ __device__ __forceinline__ void bwd_variant_mask_pds(uint32_t (&pf)[NS / 4], uin
 // Dense / causal: whether the P / dS code has one copy per need_mask value or one copy testing
 // need_mask inline, whichever ptxas allocates best (ptxas -v, causal bf16, with the dS select):
 // hd128 one copy 28 spilled bytes, two copies 8; hd64 two copies 40, one copy 4; hd128
-// persistent 0 either way, one copy as before (static code within 2% of what it was).
+// persistent 0 either way, one copy as before (static code within 2% of what it was). With the
+// threshold mask hd64 still wants one copy: two spill 20 B and the unmasked one issues 9 of its 64
+// exponentials under dP^T instead of all of them.
 template <class Cfg>
 constexpr bool kBwdSplitMaskedCopy = Cfg::block_m() == 64 && !Cfg::persistent();
 

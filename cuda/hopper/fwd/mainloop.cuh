@@ -251,8 +251,10 @@ __device__ __forceinline__ void pass_trailing_blocks(KPipe& k, VPipe& v, int beg
 
 // One main-loop step of a consumer warpgroup (plain and persistent): S for key block kb while O
 // takes the previous block's P over its first PvKeys keys (block_n, or fewer for the trimmed
-// partial first block); after_s runs once S retired and K(kb) is released.
-template <class T, class Cfg, int PvKeys, class Scores, class KPipe, class VPipe, class Softmax, class AfterS>
+// partial first block); after_s runs once S retired and K(kb) is released. Tested = false: block kb
+// is known to need no mask (Scores::unmasked_run).
+template <class T, class Cfg, int PvKeys, bool Tested, class Scores, class KPipe, class VPipe, class Softmax,
+          class AfterS>
 __device__ __forceinline__ void fwd_pipelined_step(int kb, const uint8_t* q_tile, KPipe& k, VPipe& v,
                                                    float (&s)[Cfg::block_n() / 2], float (&o)[Cfg::head_dim() / 2],
                                                    uint32_t (&p)[Cfg::block_n() / 4], float (&o_scale)[2],
@@ -269,7 +271,7 @@ __device__ __forceinline__ void fwd_pipelined_step(int kb, const uint8_t* q_tile
   k.release(elected);
   k.advance();
   after_s();
-  scores.template prepare<N>(s, kb, row0, lane);
+  scores.template prepare<N, Tested>(s, kb, row0, lane);
   softmax.update(s, scale_log2, o_scale);
   wgmma_wait<0>();
   fence_regs(o);
@@ -297,11 +299,13 @@ __device__ __forceinline__ void consume_tile(const uint8_t* q_tile, KPipe& k, VP
   int n = mine_end - 1;
   int first_steps = N / 16;
   if constexpr (Cfg::trim_first()) first_steps = visible_ksteps<Cfg>(scores.mask, n, m0 + c * 64);
-  auto step = [&](auto pv_keys, int kb) {
-    fwd_pipelined_step<T, Cfg, decltype(pv_keys)::value>(kb, q_tile, k, v, s, o, p, o_scale, softmax, scores, row0,
-                                                         lane, elected, sched_mine, sched_next, scale_log2,
-                                                         [&] { on_s_done(kb); });
+  auto step = [&](auto pv_keys, int kb, auto tested) {
+    fwd_pipelined_step<T, Cfg, decltype(pv_keys)::value, decltype(tested)::value>(
+        kb, q_tile, k, v, s, o, p, o_scale, softmax, scores, row0, lane, elected, sched_mine, sched_next, scale_log2,
+        [&] { on_s_done(kb); });
   };
+  using Full = std::integral_constant<int, N>;
+  using Tested = std::true_type;
 
   named_barrier_sync(sched_mine, kSchedThreads);
   if constexpr (Cfg::trim_first()) {
@@ -323,7 +327,7 @@ __device__ __forceinline__ void consume_tile(const uint8_t* q_tile, KPipe& k, VP
       // NE / 16 visible k-steps. The whole step, waits included: with the wgmmas still in flight
       // where the switch's cases merge, ptxas moved accumulator registers under them and
       // serialized every wgmma of the kernel (C7515).
-      if (n > mine_begin) step(width, --n);
+      if (n > mine_begin) step(width, --n, Tested{});
     });
   } else {
     issue_qk<T, Cfg>(s, q_tile, k);
@@ -339,7 +343,17 @@ __device__ __forceinline__ void consume_tile(const uint8_t* q_tile, KPipe& k, VP
     for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
   }
 
-  for (--n; n >= mine_begin; --n) step(std::integral_constant<int, N>{}, n);
+  if constexpr (Scores::kMask == MaskKind::kVariant) {
+    // The blocks above the unmasked run (tested), the run itself (no test), the blocks below it
+    // (tested): a window's interior blocks skip the per-block mask test and its registers.
+    int run_begin, run_end;
+    scores.template unmasked_run<N>(&run_begin, &run_end);
+    for (--n; n >= imax(run_end, mine_begin); --n) step(Full{}, n, Tested{});
+    for (; n >= imax(run_begin, mine_begin); --n) step(Full{}, n, std::false_type{});
+    for (; n >= mine_begin; --n) step(Full{}, n, Tested{});
+  } else {
+    for (--n; n >= mine_begin; --n) step(Full{}, n, Tested{});
+  }
   issue_pv<T, Cfg>(o, p, v);
   wgmma_wait<0>();
   fence_regs(o);

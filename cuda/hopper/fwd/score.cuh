@@ -15,6 +15,7 @@ namespace fa4::hopper {
 
 template <MaskKind M, bool SoftCap>
 struct FwdScores {
+  static constexpr MaskKind kMask = M;
   TileMask<M> mask;
   int r0;              // dense / causal: the first row the partial-tile test covers
   float cap_scale;     // SoftCap: softmax_scale / softcap (the raw score's factor inside tanh)
@@ -82,6 +83,27 @@ struct FwdScores {
     }
   }
 
+  // kVariant without segment ids: the key blocks [*begin, *end) (of N keys) that need no mask,
+  // one contiguous run (needs_mask is false exactly there: the band's fully visible blocks, below
+  // kv_len), so the main loop can run them without the per-block test. Empty (0, 0) otherwise.
+  // Warp-uniform values, read from lane 0 so the compiler knows it: three inlined copies of the
+  // step around run bounds it took for divergent made ptxas serialize every wgmma (C7520).
+  template <int N>
+  __device__ __forceinline__ void unmasked_run(int* begin, int* end) const {
+    int b = 0, e = 0;
+    if constexpr (M == MaskKind::kVariant) {
+      if (rows_real && mask.kv_ids == nullptr) {
+        b = (full_lo + N - 1) / N;
+        e = imin(full_hi, mask.kv_len) / N;
+        if (e <= b) b = e = 0;
+      }
+      b = __shfl_sync(0xffffffffu, b, 0);
+      e = __shfl_sync(0xffffffffu, e, 0);
+    }
+    *begin = b;
+    *end = e;
+  }
+
   // Masked scores of a 64 x 2 NAcc fragment (key columns from col0) become -inf: selected, never
   // multiplied, so a NaN or Inf score of an invisible key reaches no row.
   template <int NAcc>
@@ -132,16 +154,19 @@ struct FwdScores {
     }
   }
 
-  // The soft cap, then the mask where block kb needs it. The cap comes first: the mask's -inf
-  // must survive (c * tanh(-inf) would be -c). After the cap the scores are tanh(s * scale / c)
-  // and the softmax's scale is c (FwdArgs::scale_log2, softmax_scale).
-  template <int N, int NAcc>
+  // The soft cap, then the mask where block kb needs it (Tested = false: a block of
+  // unmasked_run's, which needs none). The cap comes first: the mask's -inf must survive
+  // (c * tanh(-inf) would be -c). After the cap the scores are tanh(s * scale / c) and the
+  // softmax's scale is c (FwdArgs::scale_log2, softmax_scale).
+  template <int N, bool Tested = true, int NAcc>
   __device__ __forceinline__ void prepare(float (&s)[NAcc], int kb, int row0, int lane) const {
     if constexpr (SoftCap) {
 #pragma unroll
       for (int q = 0; q < NAcc; ++q) s[q] = tanh_approx(s[q] * cap_scale);
     }
-    if (needs_mask<N>(kb)) apply(s, kb * N, row0, lane);
+    if constexpr (Tested) {
+      if (needs_mask<N>(kb)) apply(s, kb * N, row0, lane);
+    }
   }
 };
 
