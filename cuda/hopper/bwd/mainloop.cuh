@@ -167,10 +167,11 @@ __device__ __forceinline__ int bwd_hide_below(const BwdArgs& args, int key, int 
 // need_mask (a partial tile): masked entries get P = 0 and dS = 0 by select, never by a product
 // with 0, so a NaN / Inf in an invisible score or in the dP of an invisible pair (its V or dO row)
 // reaches neither.
-//   kDense / kCausal: each of the thread's two key rows hides the columns below one threshold
-//     (bwd_hide_below), so an element costs one compare against a constant, in a pass of its own
-//     after the exponentials (ptxas then issues all of them under the dP^T product at hd64, 34 of
-//     64 with the test inline). dS is cleared after the packing where the packed P is 0 (for a visible entry whose
+//   kDense: P = 0 selected inline for keys past seq_k. kCausal: each of the thread's two key rows
+//     hides the columns below one threshold (bwd_hide_below), so an element costs one compare
+//     against a constant, in a pass of its own after the exponentials (ptxas then issues all of
+//     them under the dP^T product at hd64, 34 of 64 with the test inline: +1-3% at hd64 causal;
+//     the same pass in the dense kernel cost it 1-3%, docs/hopper-kernels.md part B). dS is cleared after the packing where the packed P is 0 (for a visible entry whose
 //     P underflowed to 0, dS = 0 * (dP - delta) is 0 anyway when that is finite).
 //   kVariant: the caller follows this (need_mask = false) with bwd_variant_mask_pds.
 // SoftCap (kVariant only): S' = c tanh(u), u = S * softmax_scale / c; P = 2^(c log2(e) t - lse2)
@@ -198,11 +199,13 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
       for (int i = 0; i < 2; ++i) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          st[4 * j + 2 * i + e] = exp2_approx(fmaf(st[4 * j + 2 * i + e], args.scale_log2, -(e ? l.y : l.x)));
+          float p = exp2_approx(fmaf(st[4 * j + 2 * i + e], args.scale_log2, -(e ? l.y : l.x)));
+          if (K == MaskKind::kDense && need_mask && key_row0 + 8 * i >= args.seq_k) p = 0.f;
+          st[4 * j + 2 * i + e] = p;
         }
       }
     }
-    if (K != MaskKind::kVariant && need_mask) {
+    if (Causal && need_mask) {
       int hide_below[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) hide_below[i] = bwd_hide_below<Causal>(args, key_row0 + 8 * i, query0);
