@@ -149,14 +149,11 @@ __device__ __forceinline__ uint32_t nonzero_halves(uint32_t x) {
   return m;
 }
 
-// Dense / causal: the columns c (relative to query0, the thread's first query column) that key
-// `key` hides are exactly c < the returned threshold: all of them for a key past seq_k, none for
-// a dense key, and for a causal key the queries before its diagonal (key visible to query iff
-// key <= query + seq_k - seq_q).
-template <bool Causal>
-__device__ __forceinline__ int bwd_hide_below(const BwdArgs& args, int key, int query0) {
-  if (key >= args.seq_k) return INT_MAX;
-  return Causal ? key - (args.seq_k - args.seq_q) - query0 : INT_MIN;
+// Causal: the columns c (relative to query0, the thread's first query column) that key `key`
+// hides are exactly c < the returned threshold: all of them for a key past seq_k, else the queries
+// before its diagonal (key visible to query iff key <= query + seq_k - seq_q).
+__device__ __forceinline__ int bwd_causal_hide_below(const BwdArgs& args, int key, int query0) {
+  return key >= args.seq_k ? INT_MAX : key - (args.seq_k - args.seq_q) - query0;
 }
 
 // The softmax part of a step, on the S^T and dP^T wgmma groups in flight (waits for them in issue
@@ -168,11 +165,12 @@ __device__ __forceinline__ int bwd_hide_below(const BwdArgs& args, int key, int 
 // with 0, so a NaN / Inf in an invisible score or in the dP of an invisible pair (its V or dO row)
 // reaches neither.
 //   kDense: P = 0 selected inline for keys past seq_k. kCausal: each of the thread's two key rows
-//     hides the columns below one threshold (bwd_hide_below), so an element costs one compare
-//     against a constant, in a pass of its own after the exponentials (ptxas then issues all of
-//     them under the dP^T product at hd64, 34 of 64 with the test inline: +1-3% at hd64 causal;
-//     the same pass in the dense kernel cost it 1-3%, docs/hopper-kernels.md part B). dS is cleared after the packing where the packed P is 0 (for a visible entry whose
-//     P underflowed to 0, dS = 0 * (dP - delta) is 0 anyway when that is finite).
+//     hides the columns below one threshold (bwd_causal_hide_below), so an element costs one
+//     compare against a constant, in a pass of its own after the exponentials (ptxas then issues
+//     all of them under the dP^T product at hd64, 34 of 64 with the test inline: +1-3% at hd64
+//     causal; the same pass in the dense kernel cost it 1-3%, docs/hopper-kernels.md part B).
+//     dS is cleared after the packing where the packed P is 0 (for a visible entry whose P
+//     underflowed to 0, dS = 0 * (dP - delta) is 0 anyway when that is finite).
 //   kVariant: the caller follows this (need_mask = false) with bwd_variant_mask_pds.
 // SoftCap (kVariant only): S' = c tanh(u), u = S * softmax_scale / c; P = 2^(c log2(e) t - lse2)
 // and dS = P (dP - delta) (1 - t^2), the chain rule through the cap (softmax_scale is applied to
@@ -208,7 +206,7 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
     if (Causal && need_mask) {
       int hide_below[2];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) hide_below[i] = bwd_hide_below<Causal>(args, key_row0 + 8 * i, query0);
+      for (int i = 0; i < 2; ++i) hide_below[i] = bwd_causal_hide_below(args, key_row0 + 8 * i, query0);
 #pragma unroll
       for (int k = 0; k < NS / 2; ++k) {
         const int j = k / 4, i = (k / 2) % 2, e = k % 2;  // element 4j + 2i + e: key row i, column 8j + e

@@ -83,25 +83,23 @@ struct FwdScores {
     }
   }
 
-  // kVariant without segment ids: the key blocks [*begin, *end) (of N keys) that need no mask,
-  // one contiguous run (needs_mask is false exactly there: the band's fully visible blocks, below
-  // kv_len), so the main loop can run them without the per-block test. Empty (0, 0) otherwise.
-  // Warp-uniform values, read from lane 0 so the compiler knows it: three inlined copies of the
-  // step around run bounds it took for divergent made ptxas serialize every wgmma (C7520).
+  // kVariant: the key blocks [*begin, *end) (of N keys) that need no mask, one contiguous run
+  // (needs_mask in closed form: without segment ids it is false exactly for the band's fully
+  // visible blocks below kv_len), so the main loop can run them without the per-block test; empty
+  // (0, 0) with segment ids or padding rows. Warp-uniform values, read from lane 0 so the compiler
+  // knows it: three inlined copies of the step around run bounds it took for divergent made ptxas
+  // serialize every wgmma (C7520).
   template <int N>
   __device__ __forceinline__ void unmasked_run(int* begin, int* end) const {
+    static_assert(M == MaskKind::kVariant, "the dense and causal kernels test every block");
     int b = 0, e = 0;
-    if constexpr (M == MaskKind::kVariant) {
-      if (rows_real && mask.kv_ids == nullptr) {
-        b = (full_lo + N - 1) / N;
-        e = imin(full_hi, mask.kv_len) / N;
-        if (e <= b) b = e = 0;
-      }
-      b = __shfl_sync(0xffffffffu, b, 0);
-      e = __shfl_sync(0xffffffffu, e, 0);
+    if (rows_real && mask.kv_ids == nullptr) {
+      b = (full_lo + N - 1) / N;
+      e = imin(full_hi, mask.kv_len) / N;
+      if (e <= b) b = e = 0;
     }
-    *begin = b;
-    *end = e;
+    *begin = __shfl_sync(0xffffffffu, b, 0);
+    *end = __shfl_sync(0xffffffffu, e, 0);
   }
 
   // Masked scores of a 64 x 2 NAcc fragment (key columns from col0) become -inf: selected, never
