@@ -1,7 +1,8 @@
 """Where the time of a benchmark chain goes, from a JAX profiler trace (GPU only).
 
 Runs the forward chains of ``bench_attention.py`` (the same chain, inputs and chain length) for
-each implementation in one cell, under ``jax.profiler`` (CUPTI), and prints per implementation:
+each implementation in one cell (``--pass bwd``: its forward + backward chains, so the backward's
+kernels show beside the forward's), under ``jax.profiler`` (CUPTI), and prints per implementation:
 the chain's wall time per call, the GPU kernels of one chain (name, count, mean duration) and the
 idle time between consecutive kernels on the GPU. This tells a slow kernel from time lost between
 kernels (launch gaps, host work in a custom call's handler) when a benchmark cell reads lower
@@ -51,15 +52,26 @@ def gpu_kernel_events(trace_dir: str) -> list[tuple[str, int, int]]:
     return sorted(events, key=lambda x: x[1])
 
 
-def profile_impl(impl: str, cell: ba.Cell, dtype, chain_flops: float, chains: int) -> None:
+def chain_of(attn, n: int, q, k, v, do, bwd: bool):
+    """(compiled chain, its arguments, work factor): n forward calls, or with `bwd` n forward +
+    backward steps, whose work is 3.5 forwards' (the backward counted as 2.5)."""
+    if bwd:
+        return ba.compile_fn(ba.fwd_bwd_chain(attn, n), (q, k, v, do)), (q, k, v, do), 3.5
+    return ba.compile_fn(ba.fwd_chain(attn, n), (q, k, v)), (q, k, v), 1.0
+
+
+def profile_impl(
+    impl: str, cell: ba.Cell, dtype, chain_flops: float, chains: int, bwd: bool
+) -> None:
     """Prints the wall time per call and the kernel timeline summary of `chains` chains."""
     attn = ba.make_impl(impl, cell.causal, cell.head_dim)
     flops = ba.fwd_flops(cell.batch, cell.heads, cell.seq, cell.head_dim, cell.causal)
     n = ba.chain_length(flops, chain_flops)
-    q, k, v, _ = ba.make_inputs(cell, dtype)
-    f = ba.compile_fn(ba.fwd_chain(attn, n), (q, k, v))
-    title = f"{impl}: hd{cell.head_dim} seq {cell.seq} causal {cell.causal} chain {n}"
-    report_chain(f, (q, k, v), n, chains, title, flops / 1e12, "TFLOP/s")
+    q, k, v, do = ba.make_inputs(cell, dtype)
+    f, args, factor = chain_of(attn, n, q, k, v, do, bwd)
+    what = "fwd+bwd" if bwd else "fwd"
+    title = f"{impl}: hd{cell.head_dim} seq {cell.seq} causal {cell.causal} {what} chain {n}"
+    report_chain(f, args, n, chains, title, factor * flops / 1e12, "TFLOP/s")
 
 
 def profile_decode(impl: str, index: int, chains: int) -> None:
@@ -74,16 +86,17 @@ def profile_decode(impl: str, index: int, chains: int) -> None:
     report_chain(f, (q, k, v), bd.CHAIN, chains, title, bd.moved_bytes(q, k) / 1e9, "GB/s")
 
 
-def profile_variant(impl: str, variant: str, chains: int) -> None:
-    """profile_impl for bench_variants.py's forward cell of `variant` (16 heads, hd128, 16k)."""
+def profile_variant(impl: str, variant: str, chains: int, bwd: bool) -> None:
+    """profile_impl for bench_variants.py's cell of `variant` (16 heads, hd128, 16k)."""
     import bench_variants as bv
 
     cell = bv.Cell(variant, 1, 16384)
     n = bv.chain_length(cell)
-    q, k, v, _ = bv.make_inputs(cell)
-    f = ba.compile_fn(ba.fwd_chain(bv.make_impl(impl, cell), n), (q, k, v))
-    title = f"{impl}: {variant} 16k hd128 chain {n}"
-    report_chain(f, (q, k, v), n, chains, title, bv.fwd_flops(cell) / 1e12, "TFLOP/s")
+    q, k, v, do = bv.make_inputs(cell)
+    f, args, factor = chain_of(bv.make_impl(impl, cell), n, q, k, v, do, bwd)
+    what = "fwd+bwd" if bwd else "fwd"
+    title = f"{impl}: {variant} 16k hd128 {what} chain {n}"
+    report_chain(f, args, n, chains, title, factor * bv.fwd_flops(cell) / 1e12, "TFLOP/s")
 
 
 def report_chain(f, args, n: int, chains: int, title: str, work: float, unit: str) -> None:
@@ -127,15 +140,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--chains", type=int, default=3)
     p.add_argument("--decode-cells", default="", help="bench_decode.py cell indices, e.g. 1,3")
     p.add_argument("--variant", default="", help="a bench_variants.py variant, e.g. window4096")
+    p.add_argument(
+        "--pass",
+        dest="which",
+        choices=("fwd", "bwd"),
+        default="fwd",
+        help="bwd: forward + backward chains (not with --decode-cells)",
+    )
     a = p.parse_args(argv)
+    bwd = a.which == "bwd"
     if a.variant:
         for impl in a.impls.split(","):
             try:
-                profile_variant(impl, a.variant, a.chains)
+                profile_variant(impl, a.variant, a.chains, bwd)
             except Exception as e:
                 print(f"\n== {impl}: {a.variant} failed: {ba.short_reason(e)}")
         return 0
     if a.decode_cells:
+        if bwd:
+            print("--pass bwd profiles the attention cells, not --decode-cells", file=sys.stderr)
+            return 2
         for index in (int(x) for x in a.decode_cells.split(",")):
             for impl in a.impls.split(","):
                 try:
@@ -146,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cell = ba.Cell(a.head_dim, a.seq, a.causal, 16384 // a.seq, 2048 // a.head_dim)
     for impl in a.impls.split(","):
         try:
-            profile_impl(impl, cell, jax.numpy.bfloat16, a.chain_flops, a.chains)
+            profile_impl(impl, cell, jax.numpy.bfloat16, a.chain_flops, a.chains, bwd)
         except Exception as e:  # one implementation failing must not hide the others
             print(f"\n== {impl}: failed: {ba.short_reason(e)}")
     return 0

@@ -35,7 +35,20 @@ struct BwdArgs {
   // kVariant grid kernels, not deterministic: key blocks last-first (the band's longest key
   // blocks are the last ones; heuristics.h).
   bool reverse_blocks;
+  // kCausal kernels: the last query row that sees key j is j + band_reach (a causal band's left
+  // edge, bwd_band_reach in heuristics.h); >= seq_q for plain causal, where it hides nothing and
+  // no band arithmetic runs (bwd_band_bounded).
+  int band_reach;
 };
+
+// Whether a kCausal problem of configuration Cfg has a left edge (a causal band): only then is
+// band_reach added to a row or key index (the host bounds such problems' sequences so that stays
+// in int). Never in the persistent configuration, which runs plain causal attention only (the
+// launch refuses anything else), so its kernels carry no band code.
+template <class Cfg>
+FA4_HOST_DEVICE_INLINE bool bwd_band_bounded(const BwdArgs& a) {
+  return !Cfg::persistent() && a.band_reach < a.seq_q;
+}
 
 // Named barrier ids (0 is __syncthreads): both consumer warpgroups, once per step, after dS^T
 // (and at hd256 P^T) is in shared memory.

@@ -13,9 +13,11 @@
 // semaphore per (batch, q head, query block), zeroed before the preprocess, counts the key blocks
 // that have added; a key block waits until it equals its rank (bwd_dq_rank), adds its whole tile,
 // makes the adds visible, and stores rank + 1. The key blocks that visit m are exactly n = 0 ..
-// n_last(m) (the mask's first query block never decreases with n); non-causal ranks them n,
-// causal n_last(m) - n (descending: the highest key block reaches m first) with the key blocks
-// launched last-first (BwdGridScheduler). Either way a CTA only waits for CTAs of lower
+// n_last(m) (the mask's first query block never decreases with n), or with a causal band's left
+// edge n_first(m) .. n_last(m) (its last query block never decreases either); non-causal ranks
+// them n, causal n_last(m) - n, the number of visiting key blocks above n, band or not
+// (descending: the highest key block reaches m first) with the key blocks launched last-first
+// (BwdGridScheduler). Either way a CTA only waits for CTAs of lower
 // blockIdx.x, dispatched before it. Variant problems (kVariant) rank descending too, by counting
 // the key blocks above n whose band-and-lengths range holds m (bwd_dq_rank_variant), launched
 // last-first like causal.
@@ -33,7 +35,8 @@
 namespace fa4::hopper {
 
 // Deterministic mode: key block n's place in the order of the dQ adds to query block m. The key
-// blocks visiting m are n = 0 .. n_last(m) (bwd_query_blocks: n visits m iff n * block_n < x below).
+// blocks visiting m are n = 0 (n_first(m) under a causal band) .. n_last(m) (bwd_query_blocks: n
+// <= n_last(m) iff n * block_n < x below).
 // Non-causal adds them in index order; causal in descending order, because the highest key block
 // reaches m first (its first query block is the latest), so in steady state nobody waits (in
 // index order every CTA would wait at its diagonal for all lower key blocks, halving throughput).

@@ -62,17 +62,53 @@ inline int bwd_lpt_section(const ProblemShape& p, int64_t section_bytes = kBwdLp
   return int(section);
 }
 
-// Whether the problem runs the kVariant kernels (a window, lengths, segment ids or a soft cap).
-inline bool bwd_is_variant(const ProblemShape& p) {
-  return mask_kind(p) == MaskKind::kVariant || p.variant.softcap > 0.f;
+// A causal band: the window's right bound is the diagonal (causal, or window_right == 0), its left
+// bound a non-negative number of keys, and nothing else (no lengths, segment ids or soft cap).
+// At hd64 / hd128 it runs the kCausal grid kernels with the left edge as one more threshold per
+// key row (BwdArgs::band_reach), not the kVariant ones: the per-step variant machinery (mask facts
+// in shared memory, the range-per-key pass) costs a causal window of 1,024 over 16k about 8% of
+// the kernel. Sequences are bounded so that the band's row arithmetic stays in int.
+inline bool bwd_causal_band(const ProblemShape& p) {
+  const AttentionVariant& v = p.variant;
+  const bool right_on_diagonal = v.window_right == 0 || (p.causal && v.window_right >= 0);
+  return (p.head_dim == 64 || p.head_dim == 128) && v.window_left >= 0 && v.window_left < kWindowUnbounded &&
+         right_on_diagonal && !v.has_lengths() && !v.has_segments() && v.softcap == 0.f &&
+         p.seq_q + p.seq_k <= INT_MAX / 2;
+}
+
+// The mask kind the backward's grid kernels run a problem under: a causal band runs kCausal (with
+// the band's left edge), every other window, lengths, segment ids or a soft cap kVariant.
+inline MaskKind bwd_mask_kind(const ProblemShape& p) {
+  if (bwd_causal_band(p)) return MaskKind::kCausal;
+  return p.variant.softcap > 0.f ? MaskKind::kVariant : mask_kind(p);
+}
+
+// Whether the problem runs the kVariant kernels (a window other than a causal band at hd64 /
+// hd128, lengths, segment ids or a soft cap).
+inline bool bwd_is_variant(const ProblemShape& p) { return bwd_mask_kind(p) == MaskKind::kVariant; }
+
+// Plain dense or causal attention: what the persistent configuration is built for.
+inline bool bwd_is_plain(const ProblemShape& p) {
+  return mask_kind(p) != MaskKind::kVariant && p.variant.softcap == 0.f;
+}
+
+// kCausal kernels: the last query row that sees key j is j + band_reach (rows past seq_q do not
+// exist, so band_reach >= seq_q hides nothing: plain causal); window_left - (seq_k - seq_q) for a
+// causal band, clamped to seq_q.
+inline int bwd_band_reach(const ProblemShape& p) {
+  if (!bwd_causal_band(p)) return int(p.seq_q);
+  const int64_t reach = int64_t(p.variant.window_left) - (p.seq_k - p.seq_q);
+  return int(reach < p.seq_q ? reach : p.seq_q);
 }
 
 inline BwdConfigId bwd_config_for(const BwdProblem& p) {
   if (p.head_dim == 64) return BwdConfigId::kHd64;
-  // Variant problems run the grid kernel: the persistent one is built for dense and causal only.
+  // Variant problems and causal bands run the grid kernel: the persistent one is built for plain
+  // dense and causal attention (a band leaves key blocks without steps, which its writer's
+  // hand-over does not model).
   if (p.head_dim == 128)
-    return p.seq_k <= kBwdShortSeqK && !p.deterministic && !bwd_is_variant(p) ? BwdConfigId::kHd128Persistent
-                                                                               : BwdConfigId::kHd128;
+    return p.seq_k <= kBwdShortSeqK && !p.deterministic && bwd_is_plain(p) ? BwdConfigId::kHd128Persistent
+                                                                            : BwdConfigId::kHd128;
   return BwdConfigId::kHd256;
 }
 
@@ -115,16 +151,17 @@ struct BwdPlan {
 // persistent kernel hands out causal tiles longest first always (its dynamic tile counter is
 // greedy list scheduling, which wants the longest first).
 //
-// Variant problems (bwd_is_variant): the grid configuration of the head dim; their key blocks go
-// longest first by the band's work (bwd_variant_band_work), not the dense count: last-first when
-// the band makes the last key blocks the longest (a window bounded on the left only), and in
-// longest-first sections (where the head dim wants them, as causal) when the work is uneven. A
-// window bounded on both sides gives every interior key block the same work: plain grid order.
+// Variant problems and causal bands (not bwd_is_plain): the grid configuration of the head dim;
+// their key blocks go longest first by the band's work (bwd_variant_band_work), not the dense
+// count: last-first when the band makes the last key blocks the longest (a window bounded on the
+// left only; the kVariant kernels only), and in longest-first sections (where the head dim wants
+// them, as causal) when the work is uneven. A window bounded on both sides gives every interior
+// key block the same work: plain grid order.
 inline BwdPlan bwd_plan(const BwdProblem& p) {
   BwdPlan plan;
   plan.config = bwd_config_for(p);
   plan.schedule.max_ctas = 0;
-  if (bwd_is_variant(p)) {
+  if (!bwd_is_plain(p)) {
     int bm, bn;
     bwd_config_blocks(plan.config, &bm, &bn);
     bool uneven = false, last_longest = false;

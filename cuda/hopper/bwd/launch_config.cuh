@@ -14,6 +14,7 @@
 
 #include "hopper/bwd/args.cuh"
 #include "hopper/bwd/config.cuh"
+#include "hopper/bwd/heuristics.h"
 #include "hopper/bwd/kernel.cuh"
 #include "hopper/bwd/kernel_kv80.cuh"
 #include "hopper/bwd/launch.h"
@@ -23,7 +24,8 @@
 
 namespace fa4::hopper {
 
-// K: the mask kind the kernels are built for (kVariant for every problem with a window, lengths,
+// K: the mask kind the kernels are built for (bwd_mask_kind: kCausal for plain causal attention
+// and for a causal band at hd64 / hd128, kVariant for every other problem with a window, lengths,
 // segment ids or a soft cap); SoftCap: the score modifier.
 template <class T, class Cfg, MaskKind K, bool SoftCap>
 std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
@@ -83,6 +85,7 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
     args.softcap_scale = SoftCap ? p.softmax_scale / p.variant.softcap : 0.f;
     args.softcap_log2 = SoftCap ? p.variant.softcap * 1.4426950408889634f : 0.f;
     args.reverse_blocks = K == MaskKind::kVariant && schedule.reverse_blocks && !p.deterministic;
+    args.band_reach = K == MaskKind::kCausal ? bwd_band_reach(p) : int(p.seq_q);
 
     if constexpr (Cfg::persistent()) {
       static_assert(K != MaskKind::kVariant && !SoftCap, "the persistent kernel runs dense and causal problems");
@@ -134,17 +137,21 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
 
 // The instantiation set per dtype: (kDense | kCausal | kVariant) without the soft cap and kVariant
 // with it (a soft-capped problem always runs the kVariant mask; causal is folded into its band).
-// The persistent configuration is built for dense and causal only.
+// The persistent configuration is built for plain dense and causal attention only.
 template <class T, class Cfg>
 std::string launch_bwd_kind(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
                             const BwdSchedule& schedule) {
-  const MaskKind kind = mask_kind(p);
+  if (Cfg::persistent() && !bwd_is_plain(p)) {
+    return std::string("backward: the ") + Cfg::name() +
+           " configuration runs plain dense and causal problems only (a window, lengths, segment ids or a soft "
+           "cap run the grid configurations)";
+  }
+  // The 80-key hd256 kernel has no band threshold: a causal band runs kVariant there.
+  const MaskKind kind = Cfg::kv80() && bwd_causal_band(p) ? MaskKind::kVariant : bwd_mask_kind(p);
   const bool softcap = p.variant.softcap > 0.f;
-  if (kind == MaskKind::kVariant || softcap) {
+  if (kind == MaskKind::kVariant) {
     if constexpr (Cfg::persistent()) {
-      return std::string("backward: the ") + Cfg::name() +
-             " configuration runs dense and causal problems only (a window, lengths, segment ids or a soft cap "
-             "run the grid configurations)";
+      return "backward: unreachable";  // rejected above
     } else {
       return softcap ? launch_bwd_kernels<T, Cfg, MaskKind::kVariant, true>(p, ws, stream, schedule)
                      : launch_bwd_kernels<T, Cfg, MaskKind::kVariant, false>(p, ws, stream, schedule);

@@ -156,6 +156,13 @@ __device__ __forceinline__ int bwd_causal_hide_below(const BwdArgs& args, int ke
   return key >= args.seq_k ? INT_MAX : key - (args.seq_k - args.seq_q) - query0;
 }
 
+// A causal band's left edge: key `key` hides the columns c >= the returned value (the queries
+// past key + band_reach); none without a band.
+template <class Cfg>
+__device__ __forceinline__ int bwd_band_hide_from(const BwdArgs& args, int key, int query0) {
+  return bwd_band_bounded<Cfg>(args) ? key - query0 + args.band_reach + 1 : INT_MAX;
+}
+
 // The softmax part of a step, on the S^T and dP^T wgmma groups in flight (waits for them in issue
 // order): P^T = 2^(S^T * scale * log2 e - lse2[query]), masked entries exactly 0, then
 // dS^T = P^T * (dP^T - delta'[query]), both packed to the input dtype for the dV / dK products.
@@ -165,8 +172,8 @@ __device__ __forceinline__ int bwd_causal_hide_below(const BwdArgs& args, int ke
 // with 0, so a NaN / Inf in an invisible score or in the dP of an invisible pair (its V or dO row)
 // reaches neither.
 //   kDense: P = 0 selected inline for keys past seq_k. kCausal: each of the thread's two key rows
-//     hides the columns below one threshold (bwd_causal_hide_below), so an element costs one
-//     compare against a constant, in a pass of its own after the exponentials (ptxas then issues
+//     hides the columns below one threshold (bwd_causal_hide_below) and, for a causal band, from
+//     a second one on (bwd_band_hide_from), so an element costs two compares against constants, in a pass of its own after the exponentials (ptxas then issues
 //     all of them under the dP^T product at hd64, 34 of 64 with the test inline: +1-3% at hd64
 //     causal; the same pass in the dense kernel cost it 1-3%, docs/hopper-kernels.md part B).
 //     dS is cleared after the packing where the packed P is 0 (for a visible entry whose P
@@ -204,13 +211,16 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
       }
     }
     if (Causal && need_mask) {
-      int hide_below[2];
+      int hide_below[2], hide_from[2];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) hide_below[i] = bwd_causal_hide_below(args, key_row0 + 8 * i, query0);
+      for (int i = 0; i < 2; ++i) {
+        hide_below[i] = bwd_causal_hide_below(args, key_row0 + 8 * i, query0);
+        hide_from[i] = bwd_band_hide_from<Cfg>(args, key_row0 + 8 * i, query0);
+      }
 #pragma unroll
       for (int k = 0; k < NS / 2; ++k) {
         const int j = k / 4, i = (k / 2) % 2, e = k % 2;  // element 4j + 2i + e: key row i, column 8j + e
-        if (8 * j + e < hide_below[i]) st[k] = 0.f;
+        if (8 * j + e < hide_below[i] || 8 * j + e >= hide_from[i]) st[k] = 0.f;
       }
     }
   }
@@ -401,8 +411,11 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     if constexpr (K == MaskKind::kVariant) {
       need_mask = bwd_variant_needs_mask<Cfg>(smem, m0, args.seq_q);
     } else {
+      // Causal: the block's last key is past the first row's diagonal, or (a band) the block's
+      // last real row is past the reach of its first key.
       need_mask = n0 + Cfg::block_n() > args.seq_k ||
-                  (Causal && n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q);
+                  (Causal && (n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q ||
+                              (bwd_band_bounded<Cfg>(args) && min(m0 + BM, args.seq_q) - 1 - n0 > args.band_reach)));
     }
     uint32_t pf[NS / 4];
     uint32_t dsf[NS / 4];

@@ -26,7 +26,8 @@ namespace fa4::hopper {
 // consumers and the dQ writer alike (and, band-only, by the deterministic ranks of bwd_dq_rank),
 // so they always agree on which steps exist.
 //   kDense / kCausal: from the mask policy's first query block that sees key n0 (causal: the
-//     earlier ones see none of the tile's keys) to the last block of seq_q.
+//     earlier ones see none of the tile's keys) to the last block of seq_q, or with a causal
+//     band's left edge to the last block that sees the tile's last key (bwd_band_query_end).
 //   kVariant: the query blocks whose rows see keys [n0, n0 + block_n) by band and lengths
 //     (TileMask::query_blocks), narrowed to the 64-row chunks whose segment-id range meets the
 //     keys' (warp-collective: every lane of the calling warp must call it with the same
@@ -39,6 +40,14 @@ __device__ __forceinline__ void bwd_variant_query_blocks(const TileMask<MaskKind
   mask.row_span(n0, n0 + Cfg::block_n(), &lo, &hi);
   if (narrow) mask.narrow_rows_by_segment(n0, n0 + Cfg::block_n(), &lo, &hi, int(threadIdx.x % 32));
   TileMask<MaskKind::kVariant>::blocks_of(lo, hi, Cfg::block_m(), m_begin, m_end);
+}
+
+// A causal band (bwd_band_bounded): one past the last query block that sees keys [n0, n0 + bn),
+// at most m_end: the last row that sees the tile's last key is that key + band_reach. Host and
+// device (the host schedule check replays it against TileMask<kVariant>).
+FA4_HOST_DEVICE_INLINE int bwd_band_query_end(int seq_k, int band_reach, int n0, int m_end, int bm, int bn) {
+  const int last_row = imin(n0 + bn, seq_k) - 1 + band_reach;
+  return last_row < 0 ? 0 : imin(m_end, last_row / bm + 1);
 }
 
 template <class Cfg, MaskKind K>
@@ -55,6 +64,10 @@ __device__ __forceinline__ void bwd_query_blocks(const BwdArgs& args, int batch,
   } else {
     *m_end = (args.seq_q + Cfg::block_m() - 1) / Cfg::block_m();
     *m_begin = AttentionMask<K == MaskKind::kCausal>{args.seq_q, args.seq_k}.query_block_begin(n0, Cfg::block_m());
+    if (K == MaskKind::kCausal && bwd_band_bounded<Cfg>(args)) {
+      *m_end = bwd_band_query_end(args.seq_k, args.band_reach, n0, *m_end, Cfg::block_m(), Cfg::block_n());
+      if (*m_end < *m_begin) *m_end = *m_begin;  // no row sees the tile: no steps
+    }
   }
 }
 

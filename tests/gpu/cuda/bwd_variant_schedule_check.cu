@@ -25,6 +25,8 @@
 #define main harness_main
 #include "bwd_kernel_check.cu"
 #undef main
+#include "hopper/bwd/heuristics.h"
+#include "hopper/bwd/scheduler.cuh"
 namespace fa4::hopper {
 // Link stubs: this model never launches anything.
 template <class Cfg>
@@ -224,7 +226,92 @@ static void check_problem(const char* what, int B, int sq, int sk, int hq, int h
 
 static Geo geo_of(int d) { return d == 64 ? Geo{"hd64", 128, 128} : d == 128 ? Geo{"hd128", 64, 128} : Geo{"hd256", 64, 80}; }
 
+// A causal band on the kCausal kernels (bwd_causal_band, heuristics.h), against the band as
+// TileMask<kVariant> states it: per key block the query-block range (the causal diagonal's first
+// block, bwd_band_query_end's last), every step the kernels call unmasked has every pair of its
+// tile visible, on masked steps the two thresholds (bwd_causal_hide_below, bwd_band_hide_from)
+// hide exactly the invisible pairs, and the deterministic ranks (bwd_dq_rank's causal formula)
+// are 0 .. k-1 over the k key blocks visiting a query block, descending in n.
+static void check_causal_band(int sq, int sk, int left, const Geo& g) {
+  ProblemShape p{1, sq, sk, 1, 1, g.bm == 128 ? 64 : 128, Dtype::kBf16, 1.f, true};
+  p.variant.window_left = left;
+  p.variant.window_right = kUnb;
+  if (!bwd_causal_band(p)) {
+    std::printf("FAIL band sq=%d sk=%d left=%d: not a causal band\n", sq, sk, left);
+    ++g_fail;
+    return;
+  }
+  const int reach = bwd_band_reach(p);
+  const MaskArgs a = make_mask_args(p);
+  const VM band(a, 0);
+  const int off = sk - sq;
+  const int n_blocks = (sk + g.bn - 1) / g.bn;
+  const int m_blocks = (sq + g.bm - 1) / g.bm;
+  const bool bounded = reach < sq;
+  std::vector<int> visitors(m_blocks, 0);
+  std::vector<std::vector<int>> ranks(m_blocks);
+  for (int n = 0; n < n_blocks; ++n) {
+    const int n0 = n * g.bn;
+    ++g_checked;
+    int b = AttentionMask<true>{sq, sk}.query_block_begin(n0, g.bm), e = m_blocks;
+    if (bounded) {
+      e = bwd_band_query_end(sk, reach, n0, e, g.bm, g.bn);
+      if (e < b) e = b;
+    }
+    int vb, ve;
+    band.query_blocks(n0, n0 + g.bn, g.bm, &vb, &ve);
+    const bool empty = e <= b, vempty = ve <= vb;
+    if (empty != vempty || (!empty && (b != vb || e != ve))) {
+      std::printf("FAIL band sq=%d sk=%d left=%d %s n=%d: range [%d, %d) against the band's [%d, %d)\n", sq, sk, left,
+                  g.name, n, b, e, vb, ve);
+      ++g_fail;
+      continue;
+    }
+    for (int m = b; m < e; ++m) {
+      const int m0 = m * g.bm;
+      const bool need = n0 + g.bn > sk || n0 + g.bn - 1 > m0 + off ||
+                        (bounded && std::min(m0 + g.bm, sq) - 1 - n0 > reach);
+      for (int i = m0; i < std::min(m0 + g.bm, sq); ++i) {
+        for (int j = n0; j < n0 + g.bn; ++j) {
+          const bool visible = j < sk && band.in_band(i, j);
+          // The kernels' element test, relative to column 0 of the row block (query0 = m0).
+          const int c = i - m0;
+          const int below = j >= sk ? INT_MAX : j - off - m0;
+          const int from = bounded ? j - m0 + reach + 1 : INT_MAX;
+          const bool kept = !need || !(c < below || c >= from);
+          if (kept != visible) {
+            std::printf("FAIL band sq=%d sk=%d left=%d %s n=%d m=%d: (%d, %d) %s but %s (need_mask %d)\n", sq, sk,
+                        left, g.name, n, m, i, j, kept ? "kept" : "hidden", visible ? "visible" : "invisible", need);
+            ++g_fail;
+            return;
+          }
+        }
+      }
+      const int x = (m + 1) * g.bm + sk - sq;
+      ranks[m].push_back(std::min(n_blocks - 1, (x - 1) / g.bn) - n);
+      ++visitors[m];
+    }
+  }
+  for (int m = 0; m < m_blocks; ++m) {
+    // Visited in increasing n: the ranks must read k-1, k-2, .., 0.
+    for (int t = 0; t < int(ranks[m].size()); ++t) {
+      if (ranks[m][t] != visitors[m] - 1 - t) {
+        std::printf("FAIL band sq=%d sk=%d left=%d %s m=%d: rank %d of visitor %d (of %d)\n", sq, sk, left, g.name, m,
+                    ranks[m][t], t, visitors[m]);
+        ++g_fail;
+        return;
+      }
+    }
+  }
+}
+
 int main(int argc, char** argv) {
+  // Causal bands: ragged and aligned lengths, seq_q above and below seq_k, windows from the
+  // diagonal alone to wider than the sequence.
+  for (int d : {64, 128})
+    for (int sq : {1, 63, 64, 200, 300, 513, 1024})
+      for (int sk : {1, 100, 128, 300, 511, 1024})
+        for (int left : {0, 1, 2, 62, 63, 64, 65, 100, 126, 127, 128, 129, 190, 200, 255, 256, 1000, 5000}) check_causal_band(sq, sk, left, geo_of(d));
   const std::vector<Case> vcases = variant_cases();
   // Replays the harness's seeds: --variants-only starts at 1, the default run after the 132 dense cases.
   for (uint64_t seed0 : {uint64_t(1), uint64_t(133)}) {
