@@ -43,11 +43,11 @@ struct BwdArgs {
 
 // Whether a kCausal problem of configuration Cfg has a left edge (a causal band): only then is
 // band_reach added to a row or key index (the host bounds such problems' sequences so that stays
-// in int). Never in the persistent configuration, which runs plain causal attention only (the
-// launch refuses anything else), so its kernels carry no band code.
+// in int). Only in configurations built for bands (Cfg::causal_bands): the others' kernels carry
+// no band code, and the launch never hands them a band.
 template <class Cfg>
 FA4_HOST_DEVICE_INLINE bool bwd_band_bounded(const BwdArgs& a) {
-  return !Cfg::persistent() && a.band_reach < a.seq_q;
+  return Cfg::causal_bands() && a.band_reach < a.seq_q;
 }
 
 // Named barrier ids (0 is __syncthreads): both consumer warpgroups, once per step, after dS^T

@@ -32,6 +32,11 @@ struct BwdTile {
   // (bwd_kernel_persistent): the next tile's K/V loads overlap this tile's dK/dV stores, the
   // Q/dO ring and the dQ handshakes run on across tiles.
   static constexpr bool persistent() { return Persistent; }
+  // Causal bands (a left window on the causal diagonal) run the kCausal kernels with one more
+  // threshold (BwdArgs::band_reach): the hd128 grid kernel only. At hd64 the band threshold cost
+  // the kCausal step more than the kVariant machinery it replaces (docs/hopper-kernels.md, Part B),
+  // and the persistent kernel runs plain attention only.
+  static constexpr bool causal_bands() { return HeadDim == 128 && !Persistent; }
   static constexpr int head_dim() { return HeadDim; }
   static constexpr int block_m() { return BlockM; }  // query rows per main-loop step
   static constexpr int block_n() { return BlockN; }  // key rows per CTA
@@ -136,6 +141,7 @@ struct BwdTileKv80 {
   static_assert(HeadDim == 256, "the 80-key backward is the hd256 shape");
   static constexpr bool kv80() { return true; }
   static constexpr bool persistent() { return false; }
+  static constexpr bool causal_bands() { return false; }  // a causal band runs kVariant here
   static constexpr bool dq_transposed() { return true; }
   static constexpr int head_dim() { return HeadDim; }
   static constexpr int block_m() { return 64; }

@@ -64,14 +64,16 @@ inline int bwd_lpt_section(const ProblemShape& p, int64_t section_bytes = kBwdLp
 
 // A causal band: the window's right bound is the diagonal (causal, or window_right == 0), its left
 // bound a non-negative number of keys, and nothing else (no lengths, segment ids or soft cap).
-// At hd64 / hd128 it runs the kCausal grid kernels with the left edge as one more threshold per
-// key row (BwdArgs::band_reach), not the kVariant ones: the per-step variant machinery (mask facts
-// in shared memory, the range-per-key pass) costs a causal window of 1,024 over 16k about 8% of
-// the kernel. Sequences are bounded so that the band's row arithmetic stays in int.
+// At hd128 it runs the kCausal grid kernel with the left edge as one more threshold per key row
+// (BwdArgs::band_reach), not the kVariant one: 3% faster kernel-only at a window of 1,024 over
+// 16k, 17% in deterministic mode (the causal ranks are a formula, the variant ones a count). At
+// hd64 the threshold made the kCausal step slower than the kVariant kernel (1-3%), so hd64 (and
+// hd256) keep kVariant for bands (BwdTile::causal_bands). Sequences are bounded so that the band's
+// row arithmetic stays in int.
 inline bool bwd_causal_band(const ProblemShape& p) {
   const AttentionVariant& v = p.variant;
   const bool right_on_diagonal = v.window_right == 0 || (p.causal && v.window_right >= 0);
-  return (p.head_dim == 64 || p.head_dim == 128) && v.window_left >= 0 && v.window_left < kWindowUnbounded &&
+  return p.head_dim == 128 && v.window_left >= 0 && v.window_left < kWindowUnbounded &&
          right_on_diagonal && !v.has_lengths() && !v.has_segments() && v.softcap == 0.f &&
          p.seq_q + p.seq_k <= INT_MAX / 2;
 }
@@ -83,8 +85,8 @@ inline MaskKind bwd_mask_kind(const ProblemShape& p) {
   return p.variant.softcap > 0.f ? MaskKind::kVariant : mask_kind(p);
 }
 
-// Whether the problem runs the kVariant kernels (a window other than a causal band at hd64 /
-// hd128, lengths, segment ids or a soft cap).
+// Whether the problem runs the kVariant kernels (a window other than a causal band at hd128,
+// lengths, segment ids or a soft cap).
 inline bool bwd_is_variant(const ProblemShape& p) { return bwd_mask_kind(p) == MaskKind::kVariant; }
 
 // Plain dense or causal attention: what the persistent configuration is built for.

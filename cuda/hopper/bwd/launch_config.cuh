@@ -25,7 +25,7 @@
 namespace fa4::hopper {
 
 // K: the mask kind the kernels are built for (bwd_mask_kind: kCausal for plain causal attention
-// and for a causal band at hd64 / hd128, kVariant for every other problem with a window, lengths,
+// and for a causal band at hd128, kVariant for every other problem with a window, lengths,
 // segment ids or a soft cap); SoftCap: the score modifier.
 template <class T, class Cfg, MaskKind K, bool SoftCap>
 std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
@@ -146,8 +146,9 @@ std::string launch_bwd_kind(const BwdProblem& p, const BwdWorkspace& ws, cudaStr
            " configuration runs plain dense and causal problems only (a window, lengths, segment ids or a soft "
            "cap run the grid configurations)";
   }
-  // The 80-key hd256 kernel has no band threshold: a causal band runs kVariant there.
-  const MaskKind kind = Cfg::kv80() && bwd_causal_band(p) ? MaskKind::kVariant : bwd_mask_kind(p);
+  // A configuration without the band threshold (Cfg::causal_bands) runs a causal band as kVariant
+  // (only a named configuration of another head dim's choice can meet one here).
+  const MaskKind kind = !Cfg::causal_bands() && bwd_causal_band(p) ? MaskKind::kVariant : bwd_mask_kind(p);
   const bool softcap = p.variant.softcap > 0.f;
   if (kind == MaskKind::kVariant) {
     if constexpr (Cfg::persistent()) {

@@ -172,10 +172,11 @@ __device__ __forceinline__ int bwd_band_hide_from(const BwdArgs& args, int key, 
 // with 0, so a NaN / Inf in an invisible score or in the dP of an invisible pair (its V or dO row)
 // reaches neither.
 //   kDense: P = 0 selected inline for keys past seq_k. kCausal: each of the thread's two key rows
-//     hides the columns below one threshold (bwd_causal_hide_below) and, for a causal band, from
-//     a second one on (bwd_band_hide_from), so an element costs two compares against constants, in a pass of its own after the exponentials (ptxas then issues
-//     all of them under the dP^T product at hd64, 34 of 64 with the test inline: +1-3% at hd64
-//     causal; the same pass in the dense kernel cost it 1-3%, docs/hopper-kernels.md part B).
+//     hides the columns below one threshold (bwd_causal_hide_below) and, for a causal band (hd128
+//     only, BwdTile::causal_bands), from a second one on (bwd_band_hide_from): an element costs a
+//     compare or two against constants, in a pass of its own after the exponentials (ptxas then
+//     issues all of them under the dP^T product at hd64, 34 of 64 with the test inline: +1-3% at
+//     hd64 causal; the same pass in the dense kernel cost it 1-3%, docs/hopper-kernels.md part B).
 //     dS is cleared after the packing where the packed P is 0 (for a visible entry whose P
 //     underflowed to 0, dS = 0 * (dP - delta) is 0 anyway when that is finite).
 //   kVariant: the caller follows this (need_mask = false) with bwd_variant_mask_pds.

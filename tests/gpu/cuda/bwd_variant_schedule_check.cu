@@ -308,7 +308,7 @@ static void check_causal_band(int sq, int sk, int left, const Geo& g) {
 int main(int argc, char** argv) {
   // Causal bands: ragged and aligned lengths, seq_q above and below seq_k, windows from the
   // diagonal alone to wider than the sequence.
-  for (int d : {64, 128})
+  for (int d : {128})
     for (int sq : {1, 63, 64, 200, 300, 513, 1024})
       for (int sk : {1, 100, 128, 300, 511, 1024})
         for (int left : {0, 1, 2, 62, 63, 64, 65, 100, 126, 127, 128, 129, 190, 200, 255, 256, 1000, 5000}) check_causal_band(sq, sk, left, geo_of(d));
