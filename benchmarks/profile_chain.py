@@ -122,6 +122,17 @@ def report_chain(f, args, n: int, chains: int, title: str, work: float, unit: st
         print(f"   {len(durs):4d} x {mean / 1e3:9.1f} us  {name[:110]}")
     gaps = [b[1] - (a[1] + a[2]) for a, b in zip(events, events[1:], strict=False)]
     inside = [g for g in gaps if g < 1_000_000]  # gaps between chains (host sync) are ~ms
+    # Each traced chain launches the same kernels: a chain's span (first start to last end) over
+    # its calls is its cost per call on the GPU's clock, right also where kernels overlap
+    # (programmatic dependent launches), which the busy sum is not.
+    per = len(events) // chains
+    runs = [events[i * per : (i + 1) * per] for i in range(chains)]
+    spans = [max(e[1] + e[2] for e in r) - r[0][1] for r in runs if r]
+    # End-to-start gaps by kernel pair: where a pair overlaps (< 0) or waits.
+    pairs: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for x, y in zip(events, events[1:], strict=False):
+        if y[1] - (x[1] + x[2]) < 1_000_000:
+            pairs[(x[0][:40], y[0][:40])].append(y[1] - (x[1] + x[2]))
     busy = sum(e[2] for e in events)
     per_call_s = busy / chains / n / 1e9
     print(
@@ -131,6 +142,12 @@ def report_chain(f, args, n: int, chains: int, title: str, work: float, unit: st
         f"{statistics.median(inside) / 1e3 if inside else 0:.1f} us, total "
         f"{sum(inside) / chains / n / 1e3:.1f} us per call"
     )
+    span_s = statistics.median(spans) / n / 1e9
+    rate = work / span_s
+    print(f"   span of a chain on the GPU: {span_s * 1e6:.1f} us per call = {rate:.1f} {unit}")
+    for (x, y), g in sorted(pairs.items(), key=lambda kv: -len(kv[1])):
+        gap = statistics.median(g) / 1e3
+        print(f"   {len(g):4d} x end-to-start {gap:8.1f} us (median)  {x} -> {y}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
