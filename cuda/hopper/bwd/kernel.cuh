@@ -31,7 +31,6 @@
 #include "hopper/bwd/scheduler.cuh"
 #include "hopper/bwd/variant.cuh"
 #include "hopper/common/pipeline.cuh"
-#include "hopper/ptx/grid_dependency.cuh"
 #include "hopper/ptx/mbarrier.cuh"
 #include "hopper/ptx/tma.cuh"
 #include "hopper/ptx/wgmma.cuh"
@@ -75,10 +74,6 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     fence_mbarrier_init();
   }
   __syncthreads();
-  // A programmatic dependent of the preprocess: its lse2, delta', zeroed dq_accum and semaphores
-  // are read only after this; the postprocess may launch now (it waits for this grid's end).
-  grid_dependency_wait();
-  grid_dependency_launch_dependents();
 
   if (wg == 0) {
     setmaxnreg_dec<bwd_producer_regs<Cfg, K>()>();
@@ -161,10 +156,6 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     fence_mbarrier_init();
   }
   __syncthreads();
-  // A programmatic dependent of the preprocess: its lse2, delta', zeroed dq_accum and semaphores
-  // are read only after this; the postprocess may launch now (it waits for this grid's end).
-  grid_dependency_wait();
-  grid_dependency_launch_dependents();
 
   if (wg == 0) {
     setmaxnreg_dec<bwd_producer_regs<Cfg, K>()>();
