@@ -130,9 +130,9 @@ def report_chain(f, args, n: int, chains: int, title: str, work: float, unit: st
     spans = [max(e[1] + e[2] for e in r) - r[0][1] for r in runs if r]
     # End-to-start gaps by kernel pair: where a pair overlaps (< 0) or waits.
     pairs: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for x, y in zip(events, events[1:], strict=False):
-        if y[1] - (x[1] + x[2]) < 1_000_000:
-            pairs[(x[0][:40], y[0][:40])].append(y[1] - (x[1] + x[2]))
+    for x, y, g in zip(events, events[1:], gaps, strict=False):
+        if g < 1_000_000:
+            pairs[(x[0][:40], y[0][:40])].append(g)
     busy = sum(e[2] for e in events)
     per_call_s = busy / chains / n / 1e9
     print(

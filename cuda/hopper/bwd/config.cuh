@@ -23,6 +23,13 @@
 
 namespace fa4::hopper {
 
+// The head dims whose grid configuration runs causal bands (a left window on the causal diagonal)
+// on its kCausal kernel with one more threshold (BwdArgs::band_reach): hd128 only. At hd64 the
+// band threshold cost the kCausal step more than the kVariant machinery it replaces
+// (docs/hopper-kernels.md, Part B); hd256 (BwdTileKv80) has no threshold. The host's choice
+// (bwd_causal_band, heuristics.h) and the kernels' (BwdTile::causal_bands) both read this.
+constexpr bool bwd_causal_bands_at(int head_dim) { return head_dim == 128; }
+
 template <int HeadDim, int BlockM, int BlockN, int ProducerRegs, int ConsumerRegs, bool Persistent>
 struct BwdTile {
   // The 80-key hd256 kernel has its own geometry (BwdTileKv80); these say "not it".
@@ -32,11 +39,9 @@ struct BwdTile {
   // (bwd_kernel_persistent): the next tile's K/V loads overlap this tile's dK/dV stores, the
   // Q/dO ring and the dQ handshakes run on across tiles.
   static constexpr bool persistent() { return Persistent; }
-  // Causal bands (a left window on the causal diagonal) run the kCausal kernels with one more
-  // threshold (BwdArgs::band_reach): the hd128 grid kernel only. At hd64 the band threshold cost
-  // the kCausal step more than the kVariant machinery it replaces (docs/hopper-kernels.md, Part B),
-  // and the persistent kernel runs plain attention only.
-  static constexpr bool causal_bands() { return HeadDim == 128 && !Persistent; }
+  // Whether this configuration's kCausal kernels carry the band threshold (bwd_causal_bands_at);
+  // the persistent kernel runs plain attention only.
+  static constexpr bool causal_bands() { return bwd_causal_bands_at(HeadDim) && !Persistent; }
   static constexpr int head_dim() { return HeadDim; }
   static constexpr int block_m() { return BlockM; }  // query rows per main-loop step
   static constexpr int block_n() { return BlockN; }  // key rows per CTA
