@@ -69,13 +69,13 @@ inline int bwd_lpt_section(const ProblemShape& p, int64_t section_bytes = kBwdLp
 // (BwdArgs::band_reach), not the kVariant one: 3% faster kernel-only at a window of 1,024 over
 // 16k, 17% in deterministic mode (the causal ranks are a formula, the variant ones a count). At
 // hd64 the threshold made the kCausal step slower than the kVariant kernel (1-3%), so hd64 (and
-// hd256) keep kVariant for bands (bwd_causal_bands_at, config.cuh). Sequences are bounded so that the band's
-// row arithmetic stays in int.
+// hd256) keep kVariant for bands (bwd_causal_bands_at, config.cuh). Sequences are bounded so that
+// the band's row arithmetic stays in int.
 inline bool bwd_causal_band(const ProblemShape& p) {
   const AttentionVariant& v = p.variant;
   const bool right_on_diagonal = v.window_right == 0 || (p.causal && v.window_right >= 0);
-  return bwd_causal_bands_at(int(p.head_dim)) && v.window_left >= 0 && v.window_left < kWindowUnbounded &&
-         right_on_diagonal && !v.has_lengths() && !v.has_segments() && v.softcap == 0.f &&
+  return bwd_causal_bands_at(int(p.head_dim)) && v.window_left >= 0 &&
+         v.window_left < kWindowUnbounded && right_on_diagonal && !v.has_lengths() && !v.has_segments() && v.softcap == 0.f &&
          p.seq_q + p.seq_k <= INT_MAX / 2;
 }
 
