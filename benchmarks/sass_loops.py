@@ -8,7 +8,8 @@ spills, and how many MUFU sit between a ``wgmma.wait_group 1`` and the following
 
 ``--function`` picks one kernel by a regular expression on its ``.text.`` name (default: all the
 file's code as one); ``--timeline`` prints the loop as its synchronisation points with the
-instruction mix between them.
+instruction mix between them; ``--all`` counts every main loop of the function instead of the
+shortest.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ def opcode(line: str) -> str:
     return _PRED.sub("", line).split()[0]
 
 
-def innermost_loop(lines: Sequence[str]) -> list[str]:
-    """The shortest backward-branch range of at least 150 instructions with at least 16 MUFU (an
-    attention main loop, not a barrier spin or an epilogue loop)."""
+def main_loops(lines: Sequence[str]) -> list[list[str]]:
+    """Every backward-branch range of at least 150 instructions with at least 16 MUFU (attention
+    main loops, not barrier spins or epilogue loops), in code order: a kernel with several copies
+    of its step (one per mask need, say) has one each."""
     labels: dict[str, int] = {}
     body: list[str] = []
     for line in lines:
@@ -59,6 +61,12 @@ def innermost_loop(lines: Sequence[str]) -> list[str]:
             loop = body[labels[m.group(1)] : i + 1]
             if sum(opcode(x).startswith("MUFU") for x in loop) >= 16:
                 loops.append(loop)
+    return loops
+
+
+def innermost_loop(lines: Sequence[str]) -> list[str]:
+    """The shortest of `main_loops`."""
+    loops = main_loops(lines)
     if not loops:
         raise SystemExit("no loop of 150 or more instructions with 16 or more MUFU")
     return min(loops, key=len)
@@ -106,7 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("sass")
     p.add_argument("--function", default=None)
     p.add_argument("--timeline", action="store_true")
+    p.add_argument("--all", action="store_true", help="every main loop of the function, in order")
     a = p.parse_args(argv)
+    if a.all:
+        for loop in main_loops(load(a.sass, a.function)):
+            print(", ".join(f"{k} {v}" for k, v in summary(loop).items()))
+        return 0
     loop = innermost_loop(load(a.sass, a.function))
     print(", ".join(f"{k} {v}" for k, v in summary(loop).items()))
     if a.timeline:

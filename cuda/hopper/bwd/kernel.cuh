@@ -31,6 +31,7 @@
 #include "hopper/bwd/scheduler.cuh"
 #include "hopper/bwd/variant.cuh"
 #include "hopper/common/pipeline.cuh"
+#include "hopper/ptx/grid_dependency.cuh"
 #include "hopper/ptx/mbarrier.cuh"
 #include "hopper/ptx/tma.cuh"
 #include "hopper/ptx/wgmma.cuh"
@@ -74,6 +75,10 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     fence_mbarrier_init();
   }
   __syncthreads();
+  // A programmatic dependent of the preprocess: its lse2, delta', zeroed dq_accum and semaphores
+  // are read only after this; the postprocess may launch now (it waits for this grid's end).
+  grid_dependency_wait();
+  grid_dependency_launch_dependents();
 
   if (wg == 0) {
     setmaxnreg_dec<bwd_producer_regs<Cfg, K>()>();
@@ -96,7 +101,15 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     using Ring = TmaConsumerPipeline<T, typename Cfg::RowRing, false>;
     Ring q(q_bars, smem + Cfg::q_offset());
     Ring dO(do_bars, smem + Cfg::do_offset());
-    bwd_consumer_tile<T, Cfg, K, SoftCap>(wg - 1, smem, kv_full, 0, nullptr, q, dO, 0, args, n0, kv_head, batch);
+    if constexpr (K == MaskKind::kDense && kBwdDenseTileSplit<Cfg>) {
+      // Only the last key block can hold keys past seq_k: every other one runs mask-free steps.
+      if (n0 + Cfg::block_n() <= args.seq_k) {
+        bwd_consumer_tile<T, Cfg, K, SoftCap, false>(wg - 1, smem, kv_full, 0, nullptr, q, dO, 0, args, n0, kv_head,
+                                                     batch);
+        return;
+      }
+    }
+    bwd_consumer_tile<T, Cfg, K, SoftCap, true>(wg - 1, smem, kv_full, 0, nullptr, q, dO, 0, args, n0, kv_head, batch);
   }
 }
 
@@ -156,6 +169,10 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     fence_mbarrier_init();
   }
   __syncthreads();
+  // A programmatic dependent of the preprocess: its lse2, delta', zeroed dq_accum and semaphores
+  // are read only after this; the postprocess may launch now (it waits for this grid's end).
+  grid_dependency_wait();
+  grid_dependency_launch_dependents();
 
   if (wg == 0) {
     setmaxnreg_dec<bwd_producer_regs<Cfg, K>()>();
@@ -198,9 +215,16 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
       if (id < 0) break;
       int n_block, kv_head, batch;
       Sched::tile_coords(args, id, &n_block, &kv_head, &batch);
-      const int steps = bwd_consumer_tile<T, Cfg, K, false>(wg - 1, smem, kv_full, uint32_t(kv_uses & 1),
-                                                                 kv_empty, q, dO, step0, args,
-                                                                 n_block * Cfg::block_n(), kv_head, batch);
+      const int n0 = n_block * Cfg::block_n();
+      int steps;
+      // Dense: only the last key block can hold keys past seq_k; every other one runs mask-free steps.
+      if (K == MaskKind::kDense && kBwdDenseTileSplit<Cfg> && n0 + Cfg::block_n() <= args.seq_k) {
+        steps = bwd_consumer_tile<T, Cfg, K, false, K != MaskKind::kDense>(
+            wg - 1, smem, kv_full, uint32_t(kv_uses & 1), kv_empty, q, dO, step0, args, n0, kv_head, batch);
+      } else {
+        steps = bwd_consumer_tile<T, Cfg, K, false, true>(wg - 1, smem, kv_full, uint32_t(kv_uses & 1), kv_empty, q,
+                                                          dO, step0, args, n0, kv_head, batch);
+      }
       step0 += steps;
       kv_uses += steps > 0 ? 1 : 0;
     }

@@ -33,6 +33,7 @@
 #include "hopper/common/numeric.cuh"
 #include "hopper/common/pipeline.cuh"
 #include "hopper/ptx/barrier.cuh"
+#include "hopper/ptx/grid_dependency.cuh"
 #include "hopper/ptx/mbarrier.cuh"
 #include "hopper/ptx/reduce.cuh"
 #include "hopper/ptx/stmatrix.cuh"
@@ -439,6 +440,9 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     fence_mbarrier_init();
   }
   __syncthreads();
+  // A programmatic dependent of the preprocess (kernel.cuh): nothing global before this.
+  grid_dependency_wait();
+  grid_dependency_launch_dependents();
 
   if (wg == 0) {
     setmaxnreg_dec<bwd_producer_regs<Cfg, K>()>();

@@ -19,6 +19,7 @@
 #include "hopper/bwd/kernel_kv80.cuh"
 #include "hopper/bwd/launch.h"
 #include "hopper/bwd/prepost.cuh"
+#include "hopper/common/dependent_launch.h"
 #include "hopper/common/mask.cuh"
 #include "hopper/common/tensor_map.h"
 
@@ -43,14 +44,11 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
   if (Cfg::persistent() && p.deterministic) return "backward: the persistent kernel has no deterministic mode";
   if (Cfg::persistent() && n_blocks * pairs > INT32_MAX) return "backward: too many tiles for the persistent kernel";
 
-  // The dq semaphores and the tile counter (they follow dq_accum, workspace.h) are zeroed before
-  // the preprocess; the preprocess zeroes dq_accum itself.
-  const size_t sem_bytes = (size_t(p.batch) * p.heads_q * (pad / kBwdSemRows) + kBwdCounterInts) * sizeof(int);
-  if ((e = cudaMemsetAsync(ws.dq_sem, 0, sem_bytes, stream)) != cudaSuccess) return fail("dq_sem memset", e);
+  // The preprocess zeroes dq_accum, the dq semaphores and the tile counter (workspace.h) itself.
   constexpr int kPreRows = 256 / (D / 8);
   bwd_preprocess<T, D><<<dim3(unsigned(pad / kPreRows), unsigned(p.heads_q), unsigned(p.batch)), 256, 0, stream>>>(
       static_cast<const T*>(p.o), static_cast<const T*>(p.d_o), p.lse, p.dlse, ws.lse2, ws.delta, ws.dq_accum,
-      int(p.seq_q), int(pad), int(p.heads_q));
+      ws.dq_sem, int(p.seq_q), int(pad), int(p.heads_q));
   if ((e = cudaGetLastError()) != cudaSuccess) return fail("preprocess launch", e);
 
   if (p.seq_k > 0) {
@@ -102,7 +100,8 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
       if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
       int64_t ctas = std::min<int64_t>(n_blocks * pairs, sm_count);
       if (schedule.max_ctas > 0) ctas = std::min<int64_t>(ctas, schedule.max_ctas);
-      kernel<<<unsigned(ctas), Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, tdo, args);
+      e = launch_dependent(kernel, dim3(unsigned(ctas)), dim3(Cfg::threads()), Cfg::smem_bytes(), stream, tq, tk, tv,
+                           tdo, args);
     } else {
       // Key blocks in index order: under a causal mask block 0 sees the most queries, so the
       // longest CTAs start first. Deterministic mode relies on the dispatch order (grid x, the
@@ -123,15 +122,16 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
       }();
       e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes());
       if (e != cudaSuccess) return fail("cudaFuncSetAttribute", e);
-      kernel<<<grid, Cfg::threads(), Cfg::smem_bytes(), stream>>>(tq, tk, tv, tdo, args);
+      e = launch_dependent(kernel, grid, dim3(Cfg::threads()), Cfg::smem_bytes(), stream, tq, tk, tv, tdo, args);
     }
-    if ((e = cudaGetLastError()) != cudaSuccess) return fail("main kernel launch", e);
+    if (e != cudaSuccess) return fail("main kernel launch", e);
   }
 
   const unsigned blocks_x = unsigned((p.seq_q * (D / 8) + 255) / 256);
-  bwd_postprocess<T, D, Cfg><<<dim3(blocks_x, unsigned(p.heads_q), unsigned(p.batch)), 256, 0, stream>>>(
-      ws.dq_accum, static_cast<T*>(p.dq), p.softmax_scale, int(p.seq_q), int(pad), int(p.heads_q));
-  if ((e = cudaGetLastError()) != cudaSuccess) return fail("postprocess launch", e);
+  e = launch_dependent(bwd_postprocess<T, D, Cfg>, dim3(blocks_x, unsigned(p.heads_q), unsigned(p.batch)), dim3(256),
+                       0, stream, static_cast<const float*>(ws.dq_accum), static_cast<T*>(p.dq), p.softmax_scale,
+                       int(p.seq_q), int(pad), int(p.heads_q));
+  if (e != cudaSuccess) return fail("postprocess launch", e);
   return {};
 }
 

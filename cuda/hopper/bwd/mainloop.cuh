@@ -343,12 +343,24 @@ __device__ __forceinline__ void bwd_variant_mask_pds(uint32_t (&pf)[NS / 4], uin
 template <class Cfg>
 constexpr bool kBwdSplitMaskedCopy = Cfg::block_m() == 64 && !Cfg::persistent();
 
+// Dense kernels whose step tests need_mask inline (hd64, hd128 persistent) run the key blocks
+// without keys past seq_k through a second copy of the tile with no mask code at all (the
+// kernels' bwd_consumer_tile<..., KeysPastEnd = false>): hd64's step 684 -> 563 SASS
+// instructions, hd128 persistent's 495 -> 426, no spill in either loop. The split-copy hd128
+// kernel keeps one tile: a second one spilled in both of its step loops (8 and 6 LDL/STL).
+template <class Cfg>
+constexpr bool kBwdDenseTileSplit = !kBwdSplitMaskedCopy<Cfg>;
+
 // One consumer warpgroup's work on one tile (key block n0 of kv head `kv_head`, batch `batch`).
 // The rings q / dO carry on from the previous tile (persistent kernel) or start fresh; step0 = the
 // steps this CTA did before (the dS^T buffer parity runs on across tiles); K/V are awaited on
 // kv_full with parity kv_parity; kv_empty (persistent kernel only, else null) gets this
 // warpgroup's arrival once no wgmma reads K/V any more, before the dK/dV stores. Returns the
 // number of steps done.
+//
+// KeysPastEnd: whether the tile may hold keys past seq_k (the last key block). Only the dense
+// kernels call with false, for every other key block: their steps then compile without the mask,
+// which is otherwise tested per step (hd128) or inline per element (hd64, hd128 persistent).
 //
 // Schedule. One iteration = the second half of step t and the first half of step t + 1, so that
 // no wgmma group is in flight across the loop's back edge (ptxas serializes the whole pipeline
@@ -359,7 +371,7 @@ constexpr bool kBwdSplitMaskedCopy = Cfg::block_m() == 64 && !Cfg::persistent();
 // So S^T(t+1) and dP^T(t+1) queue behind dQ(t) while the dQ tile is written. The loop runs the
 // steps that have a next one, so C and D are unconditional and every path reaches the back edge
 // with nothing in flight; the last step's B (and its dQ tile) is peeled after the loop.
-template <class T, class Cfg, MaskKind K, bool SoftCap, class Ring>
+template <class T, class Cfg, MaskKind K, bool SoftCap, bool KeysPastEnd, class Ring>
 __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t* kv_full, uint32_t kv_parity,
                                                  uint64_t* kv_empty, Ring& q, Ring& dO, int step0,
                                                  const BwdArgs& args, int n0, int kv_head, int batch) {
@@ -414,7 +426,8 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     } else {
       // Causal: the block's last key is past the first row's diagonal, or (a band) the block's
       // last real row is past the reach of its first key.
-      need_mask = n0 + Cfg::block_n() > args.seq_k ||
+      static_assert(KeysPastEnd || K == MaskKind::kDense, "only dense tiles drop the seq_k mask");
+      need_mask = (KeysPastEnd && n0 + Cfg::block_n() > args.seq_k) ||
                   (Causal && (n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q ||
                               (bwd_band_bounded<Cfg>(args) && min(m0 + BM, args.seq_q) - 1 - n0 > args.band_reach)));
     }

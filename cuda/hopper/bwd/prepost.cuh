@@ -3,9 +3,14 @@
 //   bwd_preprocess   per query row, delta' = rowsum(dO * O) - dlse and lse2 = lse * log2(e), both
 //                    float32 into padded [batch, heads_q, seq_q_pad] scratch rows (the padding and
 //                    the rows that see no key get lse2 = +inf, delta' = 0, so they contribute
-//                    exactly nothing: P = 2^-inf = 0); it also zeroes the row's dq_accum floats.
+//                    exactly nothing: P = 2^-inf = 0); it also zeroes the row's dq_accum floats,
+//                    the deterministic semaphores and the persistent kernel's tile counter.
 //   bwd_postprocess  dq = softmax_scale * dq_accum, converted to the input dtype, reading dq_accum
 //                    in the configuration's tile order.
+// The main kernel is a programmatic dependent of the preprocess and the postprocess of the main
+// kernel (launch_config.cuh): each starts its blocks while the one before drains and waits
+// (grid_dependency_wait) before its first global access; the preprocess, launched as an ordinary
+// kernel after whatever ran before, lets the main kernel launch at once.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -14,17 +19,21 @@
 #include <cstdint>
 
 #include "hopper/bwd/args.cuh"
+#include "hopper/bwd/workspace.h"
 #include "hopper/common/numeric.cuh"
+#include "hopper/ptx/grid_dependency.cuh"
 
 namespace fa4::hopper {
 
 // Grid (seq_q_pad / rows per block, heads_q, batch), HeadDim / 8 threads per row (16-byte loads of
 // O and dO, two 16-byte zero stores of the row's dq_accum floats: any tile order of dq_accum covers
-// the same rows), several rows per warp at hd64/hd128.
+// the same rows), several rows per warp at hd64/hd128. The first row of every 64 zeroes its
+// semaphore (dq_sem [batch, heads_q, seq_q_pad / 64]), block (0, 0, 0) the counters after them.
 template <class T, int HeadDim>
 __global__ void __launch_bounds__(256) bwd_preprocess(const T* o, const T* d_o, const float* lse, const float* dlse,
-                                                      float* lse2, float* delta, float* dq_accum, int seq_q,
-                                                      int seq_q_pad, int heads_q) {
+                                                      float* lse2, float* delta, float* dq_accum, int* dq_sem,
+                                                      int seq_q, int seq_q_pad, int heads_q) {
+  grid_dependency_launch_dependents();  // the main kernel waits for this grid's completion
   constexpr int kVec = 8;
   constexpr int kLanes = HeadDim / kVec;  // threads per row: 8, 16, 32
   constexpr int kRowsPerBlock = 256 / kLanes;
@@ -49,6 +58,11 @@ __global__ void __launch_bounds__(256) bwd_preprocess(const T* o, const T* d_o, 
   z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
   for (int off = kLanes / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, off);
+  if (lane == 0 && i % kBwdSemRows == 0) dq_sem[bh * (seq_q_pad / kBwdSemRows) + i / kBwdSemRows] = 0;
+  if (blockIdx.x == 0 && head == 0 && b == 0 && threadIdx.x < kBwdCounterInts) {
+    const int64_t sems = int64_t(gridDim.z) * heads_q * (seq_q_pad / kBwdSemRows);
+    dq_sem[sems + threadIdx.x] = 0;
+  }
   if (lane == 0) {
     float l2 = INFINITY, dl = 0.f;
     if (i < seq_q) {
@@ -91,6 +105,7 @@ __device__ __forceinline__ void load_dq8(const float* dq_accum, int64_t bh, int 
 template <class T, int HeadDim, class Cfg>
 __global__ void __launch_bounds__(256) bwd_postprocess(const float* dq_accum, T* dq, float scale, int seq_q,
                                                        int seq_q_pad, int heads_q) {
+  grid_dependency_wait();  // the main kernel's dq_accum, complete and visible
   constexpr int kVec = 8;
   const int64_t idx = int64_t(blockIdx.x) * 256 + threadIdx.x;  // over seq_q * HeadDim / 8
   if (idx >= int64_t(seq_q) * (HeadDim / kVec)) return;

@@ -13,8 +13,8 @@ namespace fa4::hopper {
 // dq_accum float32 [batch, heads_q, pad, head_dim]; dq_sem int32 [batch, heads_q, pad / 64] (the
 // deterministic mode's semaphore per query block: pad / 64 is enough for every configuration's
 // block_m, 64 or 128), then tile_counter int32 [1] (the persistent kernel's next tile); lse2 and delta
-// float32 [batch, heads_q, pad]. dq_accum, dq_sem and tile_counter are adjacent so one memset
-// zeroes them.
+// float32 [batch, heads_q, pad]. The preprocess zeroes dq_accum, dq_sem and tile_counter
+// (bwd/prepost.cuh).
 struct BwdWorkspace {
   float* dq_accum;
   int* dq_sem;

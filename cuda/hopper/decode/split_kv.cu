@@ -7,8 +7,8 @@
 
 #include <string>
 #include <type_traits>
-#include <utility>
 
+#include "hopper/common/dependent_launch.h"
 #include "hopper/common/tensor_map.h"
 #include "hopper/decode/kernel.cuh"
 #include "hopper/decode/launch.h"
@@ -16,25 +16,6 @@
 namespace fa4::hopper {
 
 namespace {
-
-// Launches `kernel` as a programmatic dependent of the stream's previous kernel: its blocks may
-// start (and run their set-up up to grid_dependency_wait) while that kernel drains, which takes
-// the launch gap off the short decode calls (a split kernel, its combine, the next call).
-template <class... Params, class... Args>
-cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                             Args&&... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
 
 template <class T, int D, int Rows, int CtasPerSm>
 std::string launch_decode_typed(const FwdProblem& p, const DecodePlan& plan, cudaStream_t stream) {
