@@ -18,7 +18,7 @@
 #   build     only the harness build (no GPU needed: build here, carry HARNESS_DIR), of the sources
 #             under HARNESS_SRC (default the repository; a `git worktree` of another revision for an
 #             A/B), into HARNESS_DIR (default /tmp/harness); BUILD_JOBS (default 16) compiles at once
-#   ab        kernel-only A/B: AB_ROUNDS (default 2) alternating runs of $AB_BASE/${AB_HARNESS}_check
+#   ab        kernel-only A/B: AB_ROUNDS (default 2) rounds, in ABBA order, of $AB_BASE/${AB_HARNESS}_check
 #             and this run's harness with $AB_ARGS (AB_HARNESS fwd or bwd; AB_BASE a HARNESS_DIR
 #             of the other revision), e.g. AB_ARGS="--no-check --bench --configs library --hd 128"
 # HARNESS_PREBUILT names a folder holding fwd_check and bwd_check (and bwd_check_race, the racecheck
@@ -211,8 +211,12 @@ if has decode; then
 fi
 if has ab; then
   stamp "A/B: $AB_BASE against $H, ${AB_HARNESS:-fwd}_check ${AB_ARGS:-}"
+  # ABBA: the order flips every round, so neither build always runs first (on an H100 the build
+  # that ran second read up to 3% slower in one cell, every round, with the same kernels).
   for r in $(seq 1 "${AB_ROUNDS:-2}"); do
-    for side in "A $AB_BASE" "B $H"; do
+    order=("A $AB_BASE" "B $H")
+    [ $((r % 2)) = 0 ] && order=("B $H" "A $AB_BASE")
+    for side in "${order[@]}"; do
       set -- $side
       echo "== $1 round $r" | tee -a "$S"
       # shellcheck disable=SC2086
