@@ -218,6 +218,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
       const int n0 = n_block * Cfg::block_n();
       int steps;
       // Dense: only the last key block can hold keys past seq_k; every other one runs mask-free steps.
+      // (For kCausal the branch is never taken and names the same instantiation as the other.)
       if (K == MaskKind::kDense && kBwdDenseTileSplit<Cfg> && n0 + Cfg::block_n() <= args.seq_k) {
         steps = bwd_consumer_tile<T, Cfg, K, false, K != MaskKind::kDense>(
             wg - 1, smem, kv_full, uint32_t(kv_uses & 1), kv_empty, q, dO, step0, args, n0, kv_head, batch);
