@@ -188,7 +188,7 @@ if has variants; then
   stamp "variants benchmark ${VARIANTS_ARGS:-}"
   (
     [ -f .peers/bin/env.sh ] && source .peers/bin/env.sh
-    [ -d .whl/stub ] && export PYTHONPATH=$PWD/.whl/stub${PYTHONPATH:+:$PYTHONPATH}  # tokamax's xprof import
+    export PYTHONPATH=$PWD/benchmarks/stubs${PYTHONPATH:+:$PYTHONPATH}  # tokamax's xprof import
     timeout "$(cap 540 5)" python3 benchmarks/bench_variants.py ${VARIANTS_ARGS:-} --out "$OUT/variants.json"
   ) > "$OUT/variants.txt" 2>&1
   stamp "variants benchmark rc=$?"
