@@ -101,15 +101,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     using Ring = TmaConsumerPipeline<T, typename Cfg::RowRing, false>;
     Ring q(q_bars, smem + Cfg::q_offset());
     Ring dO(do_bars, smem + Cfg::do_offset());
-    if constexpr (K == MaskKind::kDense && kBwdDenseTileSplit<Cfg>) {
-      // Only the last key block can hold keys past seq_k: every other one runs mask-free steps.
-      if (n0 + Cfg::block_n() <= args.seq_k) {
-        bwd_consumer_tile<T, Cfg, K, SoftCap, false>(wg - 1, smem, kv_full, 0, nullptr, q, dO, 0, args, n0, kv_head,
-                                                     batch);
-        return;
-      }
-    }
-    bwd_consumer_tile<T, Cfg, K, SoftCap, true>(wg - 1, smem, kv_full, 0, nullptr, q, dO, 0, args, n0, kv_head, batch);
+    bwd_consumer_tile_for<T, Cfg, K, SoftCap>(wg - 1, smem, kv_full, 0, nullptr, q, dO, 0, args, n0, kv_head, batch);
   }
 }
 
@@ -216,16 +208,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
       int n_block, kv_head, batch;
       Sched::tile_coords(args, id, &n_block, &kv_head, &batch);
       const int n0 = n_block * Cfg::block_n();
-      int steps;
-      // Dense: only the last key block can hold keys past seq_k; every other one runs mask-free steps.
-      // (For kCausal the branch is never taken and names the same instantiation as the other.)
-      if (K == MaskKind::kDense && kBwdDenseTileSplit<Cfg> && n0 + Cfg::block_n() <= args.seq_k) {
-        steps = bwd_consumer_tile<T, Cfg, K, false, K != MaskKind::kDense>(
-            wg - 1, smem, kv_full, uint32_t(kv_uses & 1), kv_empty, q, dO, step0, args, n0, kv_head, batch);
-      } else {
-        steps = bwd_consumer_tile<T, Cfg, K, false, true>(wg - 1, smem, kv_full, uint32_t(kv_uses & 1), kv_empty, q,
-                                                          dO, step0, args, n0, kv_head, batch);
-      }
+      const int steps = bwd_consumer_tile_for<T, Cfg, K, false>(wg - 1, smem, kv_full, uint32_t(kv_uses & 1),
+                                                                kv_empty, q, dO, step0, args, n0, kv_head, batch);
       step0 += steps;
       kv_uses += steps > 0 ? 1 : 0;
     }

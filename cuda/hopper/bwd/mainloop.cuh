@@ -344,8 +344,8 @@ template <class Cfg>
 constexpr bool kBwdSplitMaskedCopy = Cfg::block_m() == 64 && !Cfg::persistent();
 
 // Dense kernels whose step tests need_mask inline (hd64, hd128 persistent) run the key blocks
-// without keys past seq_k through a second copy of the tile with no mask code at all (the
-// kernels' bwd_consumer_tile<..., KeysPastEnd = false>): hd64's step 684 -> 563 SASS
+// without keys past seq_k through a second copy of the tile with no mask code at all
+// (bwd_consumer_tile_for picks bwd_consumer_tile<..., KeysPastEnd = false>): hd64's step 684 -> 563 SASS
 // instructions, hd128 persistent's 495 -> 426, no spill in either loop. The split-copy hd128
 // kernel keeps one tile: a second one spilled in both of its step loops (8 and 6 LDL/STL).
 template <class Cfg>
@@ -532,6 +532,22 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
   store_dkv<T, Cfg>(args.dk, dk, args.softmax_scale, args, n0, r, dkv_col0, kv_head, batch, warp, lane);
   store_dkv<T, Cfg>(args.dv, dv, 1.f, args, n0, r, dkv_col0, kv_head, batch, warp, lane);
   return tile_steps;
+}
+
+// The kernels' entry to bwd_consumer_tile: dense kernels with kBwdDenseTileSplit run a key block
+// with no key past seq_k (all but the last) through the mask-free copy, everything else the
+// masked one. Arguments as bwd_consumer_tile's.
+template <class T, class Cfg, MaskKind K, bool SoftCap, class Ring>
+__device__ __forceinline__ int bwd_consumer_tile_for(int c, uint8_t* smem, uint64_t* kv_full, uint32_t kv_parity,
+                                                     uint64_t* kv_empty, Ring& q, Ring& dO, int step0,
+                                                     const BwdArgs& args, int n0, int kv_head, int batch) {
+  if constexpr (K == MaskKind::kDense && kBwdDenseTileSplit<Cfg>) {
+    if (n0 + Cfg::block_n() <= args.seq_k)
+      return bwd_consumer_tile<T, Cfg, K, SoftCap, false>(c, smem, kv_full, kv_parity, kv_empty, q, dO, step0, args,
+                                                          n0, kv_head, batch);
+  }
+  return bwd_consumer_tile<T, Cfg, K, SoftCap, true>(c, smem, kv_full, kv_parity, kv_empty, q, dO, step0, args, n0,
+                                                     kv_head, batch);
 }
 
 }  // namespace fa4::hopper
