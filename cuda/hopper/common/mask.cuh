@@ -249,21 +249,58 @@ struct TileMask {
   }
 
 #if defined(__CUDACC__)
+  // Chunks a lane loads per trip of the forward's scans (narrow_keys_by_segment, uniform_key_run),
+  // all in flight at once: a scan over up to 32 x kScanUnroll chunks costs one L2 round trip (one
+  // chunk a lane a trip, a causal tile at 16k keys paid eight in a row before its first load).
+  static constexpr int kScanUnroll = 4;
+
   // Warp-collective (all 32 lanes, warp-uniform arguments): narrows the key span [*lo, *hi) of rows
   // [r0, r1) to the 64-key chunks whose id range meets the rows' (from the range arrays; any ids
   // are exact, non-decreasing ids give the tight range). No-op without segment ids.
   __device__ __forceinline__ void narrow_keys_by_segment(int r0, int r1, int* lo, int* hi, int lane) const {
     if (K != MaskKind::kVariant || q_ids == nullptr || *lo >= *hi) return;
     int mn, mx;
-    id_hull(q_ranges, r0, imin(r1, q_len), lane, &mn, &mx);
-    narrow_by_hull(kv_ranges, mn, mx, lo, hi, lane);
+    id_hull<kScanUnroll>(q_ranges, r0, imin(r1, q_len), lane, &mn, &mx);
+    narrow_by_hull<kScanUnroll>(kv_ranges, mn, mx, lo, hi, lane);
   }
-  // The same for the rows [*lo, *hi) that keys [c0, c1) may be visible to.
+  // The same for the rows [*lo, *hi) that keys [c0, c1) may be visible to (the backward's loader,
+  // one chunk a lane a trip: at its 40 registers the unrolled scan spilled 8-16 B more).
   __device__ __forceinline__ void narrow_rows_by_segment(int c0, int c1, int* lo, int* hi, int lane) const {
     if (K != MaskKind::kVariant || q_ids == nullptr || *lo >= *hi) return;
     int mn, mx;
-    id_hull(kv_ranges, c0, imin(c1, kv_len), lane, &mn, &mx);
-    narrow_by_hull(q_ranges, mn, mx, lo, hi, lane);
+    id_hull<1>(kv_ranges, c0, imin(c1, kv_len), lane, &mn, &mx);
+    narrow_by_hull<1>(q_ranges, mn, mx, lo, hi, lane);
+  }
+  // Warp-collective (warp-uniform arguments): the keys [*lo, *hi) of the whole 64-key chunks that
+  // meet [c0, c1) and carry id v alone (chunk range (v, v)), as one run from the first such chunk
+  // to the last when every chunk between them is one too (always, for non-decreasing ids); else
+  // empty (0, 0). Rows of id v need no id test on a key block inside the run.
+  __device__ __forceinline__ void uniform_key_run(int c0, int c1, int v, int* lo, int* hi, int lane) const {
+    int first = INT_MAX, last = -1, count = 0;
+    const int end = (c1 - 1) / kSegmentChunk;
+    for (int b = c0 / kSegmentChunk + lane; c0 < c1 && b <= end; b += 32 * kScanUnroll) {
+      bool one[kScanUnroll];
+#pragma unroll
+      for (int u = 0; u < kScanUnroll; ++u) {
+        const int c = b + 32 * u;
+        const int r_lo = c <= end ? kv_ranges[2 * c] : INT_MAX, r_hi = c <= end ? kv_ranges[2 * c + 1] : INT_MIN;
+        one[u] = r_lo == v && r_hi == v;
+      }
+#pragma unroll
+      for (int u = 0; u < kScanUnroll; ++u) {
+        if (one[u]) {
+          first = min(first, b + 32 * u);
+          last = max(last, b + 32 * u);
+          ++count;
+        }
+      }
+    }
+    first = warp_min(first);
+    last = warp_max(last);
+    count = warp_sum(count);
+    const bool run = last >= 0 && count == last - first + 1;
+    *lo = run ? first * kSegmentChunk : 0;
+    *hi = run ? (last + 1) * kSegmentChunk : 0;
   }
 
  private:
@@ -277,24 +314,73 @@ struct TileMask {
     for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
   }
-  // The min and max id over positions [p0, p1) (p0 < p1), by their chunks.
+  __device__ __forceinline__ static int warp_sum(int v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+  }
+  // The min and max id over positions [p0, p1) (p0 < p1), by their chunks, Unroll chunks a lane
+  // a trip. Unroll = 1 keeps the plain loop: written as the batched one, ptxas gave the backward's
+  // variant kernels 8-24 B more spills.
+  template <int Unroll>
   __device__ __forceinline__ static void id_hull(const int32_t* ranges, int p0, int p1, int lane, int* mn, int* mx) {
     int a = INT_MAX, b = INT_MIN;
-    for (int c = p0 / kSegmentChunk + lane; c <= (p1 - 1) / kSegmentChunk; c += 32) {
-      a = min(a, ranges[2 * c]);
-      b = max(b, ranges[2 * c + 1]);
+    if constexpr (Unroll == 1) {
+      for (int c = p0 / kSegmentChunk + lane; c <= (p1 - 1) / kSegmentChunk; c += 32) {
+        a = min(a, ranges[2 * c]);
+        b = max(b, ranges[2 * c + 1]);
+      }
+    } else {
+      const int last = (p1 - 1) / kSegmentChunk;
+      for (int c0 = p0 / kSegmentChunk + lane; c0 <= last; c0 += 32 * Unroll) {
+        int lo[Unroll], hi[Unroll];
+#pragma unroll
+        for (int u = 0; u < Unroll; ++u) {
+          const int c = c0 + 32 * u;
+          lo[u] = c <= last ? ranges[2 * c] : INT_MAX;
+          hi[u] = c <= last ? ranges[2 * c + 1] : INT_MIN;
+        }
+#pragma unroll
+        for (int u = 0; u < Unroll; ++u) {
+          a = min(a, lo[u]);
+          b = max(b, hi[u]);
+        }
+      }
     }
     *mn = warp_min(a);
     *mx = warp_max(b);
   }
-  // Narrows [*lo, *hi) to the first .. last chunk in it whose id range meets [mn, mx].
+  // Narrows [*lo, *hi) to the first .. last chunk in it whose id range meets [mn, mx] (Unroll as
+  // id_hull).
+  template <int Unroll>
   __device__ __forceinline__ static void narrow_by_hull(const int32_t* ranges, int mn, int mx, int* lo, int* hi,
                                                         int lane) {
     int first = INT_MAX, last = -1;
-    for (int c = *lo / kSegmentChunk + lane; c <= (*hi - 1) / kSegmentChunk; c += 32) {
-      if (ranges[2 * c] <= mx && ranges[2 * c + 1] >= mn) {
-        first = min(first, c);
-        last = max(last, c);
+    if constexpr (Unroll == 1) {
+      for (int c = *lo / kSegmentChunk + lane; c <= (*hi - 1) / kSegmentChunk; c += 32) {
+        if (ranges[2 * c] <= mx && ranges[2 * c + 1] >= mn) {
+          first = min(first, c);
+          last = max(last, c);
+        }
+      }
+    } else {
+      const int end = (*hi - 1) / kSegmentChunk;
+      for (int c0 = *lo / kSegmentChunk + lane; c0 <= end; c0 += 32 * Unroll) {
+        bool meets[Unroll];
+#pragma unroll
+        for (int u = 0; u < Unroll; ++u) {
+          const int c = c0 + 32 * u;
+          // Both loads issued unconditionally (within the range): && would chain them.
+          const int r_lo = c <= end ? ranges[2 * c] : INT_MAX, r_hi = c <= end ? ranges[2 * c + 1] : INT_MIN;
+          meets[u] = r_lo <= mx && r_hi >= mn;
+        }
+#pragma unroll
+        for (int u = 0; u < Unroll; ++u) {
+          if (meets[u]) {
+            first = min(first, c0 + 32 * u);
+            last = max(last, c0 + 32 * u);
+          }
+        }
       }
     }
     first = warp_min(first);

@@ -183,7 +183,8 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
   const bool own_rows = Cfg::wg_skip() || M == MaskKind::kVariant;
   const int mask_r0 = own_rows ? m0 + c * 64 : m0;
   const int mask_r1 = min(own_rows ? m0 + c * 64 + 64 : m0 + Cfg::block_m(), args.seq_q);
-  const FwdScores<M, SoftCap> scores(mask, mask_r0, mask_r1, row0, args.softcap_scale);
+  const FwdScores<M, SoftCap> scores(mask, mask_r0, mask_r1, row0, args.softcap_scale, mine_begin * N,
+                                       mine_end * N, lane);
 
   // Also on the skip-everything path: the epilogue writes O over this warpgroup's Q rows.
   if (end > begin) mbarrier_wait(q_full, 0);
@@ -313,7 +314,8 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     const bool own_rows = Cfg::wg_skip() || M == MaskKind::kVariant;
     const int mask_r0 = own_rows ? m0 + c * 64 : m0;
     const int mask_r1 = min(own_rows ? m0 + c * 64 + 64 : m0 + Cfg::block_m(), args.seq_q);
-    const FwdScores<M, SoftCap> scores(mask, mask_r0, mask_r1, row0, args.softcap_scale);
+    const FwdScores<M, SoftCap> scores(mask, mask_r0, mask_r1, row0, args.softcap_scale, mine_begin * N,
+                                       mine_end * N, lane);
     if (end > begin) {
       mbarrier_wait(q_full, q_phase);
       q_phase ^= 1u;

@@ -22,19 +22,21 @@ struct FwdScores {
   // kVariant, per tile, so that the main loop keeps few registers live (the policy's fields it no
   // longer reads are dead): a key block [c0, c1) needs no mask iff every row of [r0, r1) is real
   // and c0 >= full_lo, c1 <= full_hi (TileMask::needs_mask's band test, precomputed), and, with
-  // segment ids, the rows carry one id (single_id; otherwise every block is masked) that every
-  // 64-key chunk of the block carries alone (read from the chunk ranges per block).
+  // segment ids, the rows carry one id (otherwise every block is masked) that every 64-key chunk
+  // of the block carries alone: the block lies inside [uni_lo, uni_hi) (TileMask::uniform_key_run
+  // over the keys the warpgroup visits, found once per tile, so no block reads the chunk ranges).
   int full_lo = 0, full_hi = 0;
-  bool rows_real = false, rows_single = false;
-  int single_id = 0;
+  bool rows_real = false;
+  int uni_lo = 0, uni_hi = 0;
   // kVariant: the band [lo, hi) of this thread's two rows (hi = 0 for padding rows: nothing
   // visible) and their segment ids.
   int row_lo[2] = {0, 0}, row_hi[2] = {0, 0}, row_id[2] = {0, 0};
 
   // Rows [mask_r0, mask_r1) (mask_r1 clipped to seq_q) are the ones the partial-tile test covers;
-  // row0: this thread's first row (its second is row0 + 8). Warp-collective under kVariant with
-  // segment ids (the rows' id hull).
-  __device__ __forceinline__ FwdScores(const TileMask<M>& m, int mask_r0, int mask_r1, int row0, float cap)
+  // row0: this thread's first row (its second is row0 + 8); keys [key_lo, key_hi): those of the
+  // key blocks the rows visit. Warp-collective under kVariant with segment ids (the uniform run).
+  __device__ __forceinline__ FwdScores(const TileMask<M>& m, int mask_r0, int mask_r1, int row0, float cap,
+                                       int key_lo, int key_hi, int lane)
       : mask(m), r0(mask_r0), cap_scale(cap) {
     if constexpr (M == MaskKind::kVariant) {
       const int r1 = imin(mask_r1, mask.q_len);
@@ -49,8 +51,7 @@ struct FwdScores {
         bool single = true;
         for (int c = mask_r0 / kSegmentChunk; c <= (r1 - 1) / kSegmentChunk; ++c)
           single = single && __ldg(mask.q_ranges + 2 * c) == v && __ldg(mask.q_ranges + 2 * c + 1) == v;
-        rows_single = single;
-        single_id = v;
+        if (single) mask.uniform_key_run(key_lo, imin(key_hi, mask.kv_len), v, &uni_lo, &uni_hi, lane);
       }
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
@@ -70,11 +71,7 @@ struct FwdScores {
     if constexpr (M == MaskKind::kVariant) {
       // TileMask::needs_mask, from the per-tile values.
       if (!rows_real || c0 < full_lo || col_end > full_hi || col_end > mask.kv_len) return true;
-      if (mask.kv_ids == nullptr) return false;
-      if (!rows_single) return true;
-      for (int c = c0 / kSegmentChunk; c <= (col_end - 1) / kSegmentChunk; ++c)
-        if (__ldg(mask.kv_ranges + 2 * c) != single_id || __ldg(mask.kv_ranges + 2 * c + 1) != single_id) return true;
-      return false;
+      return mask.kv_ids != nullptr && (c0 < uni_lo || col_end > uni_hi);
     } else {
       // The dense / causal test in the kernels' original form (TileMask::needs_mask agrees: rows
       // never pass q_len = seq_q here, and no key lies left of the band).
@@ -84,18 +81,23 @@ struct FwdScores {
   }
 
   // kVariant: the key blocks [*begin, *end) (of N keys) that need no mask, one contiguous run
-  // (needs_mask in closed form: without segment ids it is false exactly for the band's fully
-  // visible blocks below kv_len), so the main loop can run them without the per-block test; empty
-  // (0, 0) with segment ids or padding rows. Warp-uniform values, read from lane 0 so the compiler
+  // (needs_mask in closed form: false exactly for the band's fully visible blocks below kv_len,
+  // with segment ids also inside the uniform run), so the main loop can run them without the
+  // per-block test; empty (0, 0) with padding rows. Warp-uniform values, read from lane 0 so the compiler
   // knows it: three inlined copies of the step around run bounds it took for divergent made ptxas
   // serialize every wgmma (C7520).
   template <int N>
   __device__ __forceinline__ void unmasked_run(int* begin, int* end) const {
     static_assert(M == MaskKind::kVariant, "the dense and causal kernels test every block");
     int b = 0, e = 0;
-    if (rows_real && mask.kv_ids == nullptr) {
-      b = (full_lo + N - 1) / N;
-      e = imin(full_hi, mask.kv_len) / N;
+    if (rows_real) {
+      int lo = full_lo, hi = imin(full_hi, mask.kv_len);
+      if (mask.kv_ids != nullptr) {
+        lo = imax(lo, uni_lo);
+        hi = imin(hi, uni_hi);
+      }
+      b = (lo + N - 1) / N;
+      e = imax(hi, 0) / N;
       if (e <= b) b = e = 0;
     }
     *begin = __shfl_sync(0xffffffffu, b, 0);
@@ -120,7 +122,9 @@ struct FwdScores {
           }
         }
       }
-      if (mask.kv_ids != nullptr) {
+      // Inside the uniform run every key carries the rows' id: the band alone masks (a document's
+      // diagonal block).
+      if (mask.kv_ids != nullptr && (col0 < uni_lo || col0 + 2 * NAcc > uni_hi)) {
         // The ids of this thread's columns, from L2 (a quad's lanes read 8 consecutive ids; the
         // warp's 8 quads read the same ones). Columns past kv_len are masked by the band already.
 #pragma unroll

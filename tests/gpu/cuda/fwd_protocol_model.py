@@ -708,8 +708,20 @@ def warpgroup_blocks(cfg, mask, m0, c, seq_q, begin, end):
     return (b if mask.kind == "variant" else begin), e
 
 
-def scores_needs_mask(mask, mask_r0, mask_r1, kb, n):
-    """fwd/score.cuh FwdScores::needs_mask<N>(kb) (its per-tile values computed as there)."""
+def uniform_key_run(mask, c0, c1, v):
+    """common/mask.cuh TileMask::uniform_key_run: the whole chunks meeting [c0, c1) of range (v, v),
+    as one run when they are contiguous, else (0, 0)."""
+    if c0 >= c1:
+        return 0, 0
+    one = [c for c in range(c0 // CHUNK, (c1 - 1) // CHUNK + 1) if _at(mask.kv_ranges, c) == (v, v)]
+    if not one or len(one) != one[-1] - one[0] + 1:
+        return 0, 0
+    return one[0] * CHUNK, (one[-1] + 1) * CHUNK
+
+
+def scores_needs_mask(mask, mask_r0, mask_r1, kb, n, key_lo, key_hi):
+    """fwd/score.cuh FwdScores::needs_mask<N>(kb) (its per-tile values computed as there; the
+    uniform run over the keys [key_lo, key_hi) the warpgroup visits)."""
     c0, col_end = kb * n, (kb + 1) * n
     if mask.kind != "variant":
         if col_end > mask.kv_len:
@@ -727,7 +739,8 @@ def scores_needs_mask(mask, mask_r0, mask_r1, kb, n):
     v = _at(mask.q_ranges, mask_r0 // CHUNK)[0]
     if any(_at(mask.q_ranges, c) != (v, v) for c in range(mask_r0 // CHUNK, (r1 - 1) // CHUNK + 1)):
         return True
-    return any(_at(mask.kv_ranges, c) != (v, v) for c in range(c0 // CHUNK, (col_end - 1) // CHUNK + 1))
+    uni_lo, uni_hi = uniform_key_run(mask, key_lo, min(key_hi, mask.kv_len), v)
+    return c0 < uni_lo or col_end > uni_hi
 
 
 # The forward configurations (fwd/config.cuh) per head dim and kind: consumer warpgroups W, key
@@ -859,7 +872,7 @@ def tile_plan(cfg, p, m_blocks_list, vis=None, check=True):
                 mask_r1 = min(m0 + c * 64 + 64 if own_rows else m0 + bm, p.seq_q)
                 sub = rows[mask_r0 - m0:mask_r1 - m0]
                 for kb in range(mb, me):
-                    if not scores_needs_mask(mask, mask_r0, mask_r1, kb, n):
+                    if not scores_needs_mask(mask, mask_r0, mask_r1, kb, n, mb * n, me * n):
                         blk = sub[:, kb * n:(kb + 1) * n]
                         assert blk.shape[1] == n and blk.all(), (
                             f"m block {m} warpgroup {c}: block {kb} unmasked but not all visible"
@@ -1137,8 +1150,12 @@ static void answer(const Prob& p, const Query& q, int lane, std::string* out) {
   m.narrow_rows_by_segment(q.c0, q.c1, &rnlo, &rnhi, lane);
   const int r1 = std::min(q.r1, p.seq_q);
   const int nm = q.r0 < r1 && q.c0 < q.c1 ? int(m.needs_mask(q.r0, r1, q.c0, q.c1)) : -1;
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%d %d %d %d %d %d %d %d %d %d %d\n", lo, hi, nlo, nhi, b, e, rlo, rhi, rnlo, rnhi, nm);
+  int ulo = 0, uhi = 0;  // the uniform run of row r0's id over [c0, min(c1, kv_len))
+  if (K == MaskKind::kVariant && p.has_ids && q.r0 < p.seq_q)
+    m.uniform_key_run(q.c0, std::min(q.c1, m.kv_len), p.q_ids[q.r0], &ulo, &uhi, lane);
+  char buf[192];
+  std::snprintf(buf, sizeof buf, "%d %d %d %d %d %d %d %d %d %d %d %d %d\n", lo, hi, nlo, nhi, b, e, rlo, rhi, rnlo,
+                rnhi, nm, ulo, uhi);
   if (lane == 0) *out += buf;
 }
 
@@ -1205,7 +1222,8 @@ def _row_span_py(mask, c0, c1):
 
 def host_mask_check(rng=None, problems=80, cxx="g++"):
     """Compiles common/mask.cuh for the host (the C++ above) and compares key_span,
-    narrow_keys_by_segment, key_blocks, row_span, narrow_rows_by_segment and needs_mask with the
+    narrow_keys_by_segment, key_blocks, row_span, narrow_rows_by_segment, needs_mask and
+    uniform_key_run with the
     port on random problems (the bench shapes' band and documents among them). Returns the number
     of answers compared, or None when no C++ compiler is found."""
     import os
@@ -1263,7 +1281,10 @@ def host_mask_check(rng=None, problems=80, cxx="g++"):
             (rlo, rhi), (rnlo, rnhi) = _row_span_py(m, c0, c1)
             r1c = min(r1, p.seq_q)
             nm = int(m.needs_mask(r0, r1c, c0, c1)) if r0 < r1c and c0 < c1 else -1
-            want.append((lo, hi, nlo, nhi, b, e, rlo, rhi, rnlo, rnhi, nm))
+            ulo, uhi = 0, 0
+            if kind == "variant" and p.q_ids is not None and r0 < p.seq_q:
+                ulo, uhi = uniform_key_run(m, c0, min(c1, m.kv_len), p.q_ids[r0])
+            want.append((lo, hi, nlo, nhi, b, e, rlo, rhi, rnlo, rnhi, nm, ulo, uhi))
     assert len(got) == len(want), (len(got), len(want))
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
         assert g == w, f"answer {k}: mask.cuh {g}, model {w}"
