@@ -27,7 +27,9 @@
 # a run can be split over two device calls (tests/gpu took 440 s with 16 workers on the H200, and
 # about twice that with 8: the fuzz's float64 oracle is CPU-bound; but at 16 workers the whole
 # suite ran the GPU out of memory: the oracle's jit allocates 6-8 GB on the GPU for the largest
-# fuzz cases and every worker keeps its peak, so PYTEST_WORKERS stays at 12). STAGES (default "install harness tests
+# fuzz cases and every worker keeps its peak, so PYTEST_WORKERS defaults to 12 on a card of 120 GB or
+# more, 6 below (on an 80 GB H100, 12 workers made many fuzz cases fail at once: by the arithmetic,
+# out of memory). STAGES (default "install harness tests
 # sanitize"), BUDGET (default 570), OUT (default
 # /tmp/validate). $OUT/summary.txt has the timeline and verdicts; the logs go beside it.
 set -o pipefail
@@ -123,10 +125,14 @@ fi
 
 if has tests; then
   wait_install
-  stamp "pytest tests/gpu"
+  if [ -z "${PYTEST_WORKERS:-}" ]; then  # the oracle's 6-8 GB a worker: 12 fit 141 GB, 6 fit 80 GB
+    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2> /dev/null | head -1)
+    PYTEST_WORKERS=$([ "${mem:-0}" -ge 120000 ] && echo 12 || echo 6)
+  fi
+  stamp "pytest tests/gpu ($PYTEST_WORKERS workers)"
   # No autotuning while testing (the tests compile hundreds of small programs).
   XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotune_level=0" FA4_WORST_RATIO_FILE=/tmp/worst_ratio.txt \
-    timeout "$(cap ${TESTS_CAP:-420} 60)" pytest -q -n ${PYTEST_WORKERS:-12} -p no:cacheprovider --tb=short -W ignore ${TESTS_ARGS:-tests/gpu} \
+    timeout "$(cap ${TESTS_CAP:-420} 60)" pytest -q -n $PYTEST_WORKERS -p no:cacheprovider --tb=short -W ignore ${TESTS_ARGS:-tests/gpu} \
     > "$OUT/pytest.txt" 2>&1
   stamp "pytest rc=$?"
   grep -E "passed|failed|error" "$OUT/pytest.txt" | tail -2 | tee -a "$S"
