@@ -896,11 +896,17 @@ def random_problem(rng, d):
         kw["kv_len"] = rng.choice([-5, 0, 1, sk // 3 + 1, sk, sk + 7, rng.randint(0, max(sk, 0))])
     if rng.random() < 0.4 and sk > 0:
         def ids(seq):
-            if rng.random() < 0.6:  # sorted documents
+            r = rng.random()
+            if r < 0.5:  # sorted documents
                 out, v = [], 0
                 while len(out) < seq:
                     v += 1
                     out += [v] * rng.randint(1, max(1, seq // 3))
+                return out[:seq]
+            if r < 0.7:  # whole 64-position chunks of ids 1 and 2 in any order: a document's
+                out = []  # uniform chunks that are not contiguous (no uniform run)
+                while len(out) < seq:
+                    out += [rng.randint(1, 2)] * CHUNK
                 return out[:seq]
             return [rng.randrange(3) for _ in range(seq)]
         kw["q_ids"] = ids(sq)
@@ -912,14 +918,22 @@ def random_problem(rng, d):
     return Problem(sq, sk, causal, **kw)
 
 
+# Two documents whose whole 64-position chunks interleave (1 1 2 1 2 2 1 2 ...): each chunk is
+# uniform, but one document's chunks are not contiguous, so FwdScores finds no uniform run.
+INTERLEAVED_IDS = [(1, 1, 2, 1, 2, 2, 1, 2)[(i // CHUNK) % 8] for i in range(1024)]
+
+
 def check_random_variants(rng, problems=60, sims=True):
     """Random variant problems at every head dim and configuration: the range invariants of every
     tile, the persistent deal, and the protocol of each configuration's tile plans (the persistent
-    kernel's CTAs with 1, 3 and 5 CTAs; the one-tile kernel's CTAs as one-tile plans)."""
+    kernel's CTAs with 1, 3 and 5 CTAs; the one-tile kernel's CTAs as one-tile plans). The first
+    three are the interleaved documents, causal, at each head dim."""
     runs = 0
     for k in range(problems):
         d = (64, 128, 256)[k % 3]
         p = random_problem(rng, d)
+        if k < 3:
+            p = Problem(1024, 1024, True, q_ids=INTERLEAVED_IDS, kv_ids=INTERLEAVED_IDS)
         vis = p.visible()
         kind = p.kind()
         for persistent in ((False, True) if d != 256 else (False,)):
@@ -1243,6 +1257,8 @@ def host_mask_check(rng=None, problems=80, cxx="g++"):
             s = 4096
             docs = [1 + i // 512 for i in range(s)]
             p = Problem(s, s, True, 1024, 0) if k == 0 else Problem(s, s, True, q_ids=docs, kv_ids=docs)
+        elif k == 2:  # two documents whose whole chunks interleave: no uniform run
+            p = Problem(1024, 1024, True, q_ids=INTERLEAVED_IDS, kv_ids=INTERLEAVED_IDS)
         kind = p.kind() if rng.random() < 0.8 else rng.choice(["dense", "causal"])
         if kind != "variant":  # the dense / causal kernels' policy: the shape and the causal flag
             p = Problem(p.seq_q, p.seq_k, kind == "causal")
