@@ -3,21 +3,18 @@ jax.nn ("xla") decode call agrees with jax_fa4's decode call on a small cache wi
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from script_module import load_script
 
 import jax_fa4
 
-_BENCH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(_BENCH))
-_spec = importlib.util.spec_from_file_location("bench_decode", _BENCH / "bench_decode.py")
-bench_decode = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench_decode)
+bench_decode = load_script(
+    pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_decode.py"
+)
 
 
 def test_jax_nn_decode_call_matches_jax_fa4():

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-import sys
 
-_PATH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_attention.py"
-_spec = importlib.util.spec_from_file_location("bench_attention", _PATH)
-assert _spec is not None and _spec.loader is not None
-bench_attention = importlib.util.module_from_spec(_spec)
-sys.modules["bench_attention"] = bench_attention
-_spec.loader.exec_module(bench_attention)
+from script_module import load_script
+
+bench_attention = load_script(
+    pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_attention.py"
+)
 
 fmt = bench_attention.format_ratio
 

@@ -4,16 +4,13 @@ others still run cell by cell, every implementation in turn."""
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-import sys
 
-_BENCH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(_BENCH))
-_spec = importlib.util.spec_from_file_location("bench_variants", _BENCH / "bench_variants.py")
-bench_variants = importlib.util.module_from_spec(_spec)
-sys.modules["bench_variants"] = bench_variants  # its dataclass looks its module up by name
-_spec.loader.exec_module(bench_variants)
+from script_module import load_script
+
+bench_variants = load_script(
+    pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_variants.py"
+)
 
 
 def test_slow_peer_runs_last_and_every_pair_once():

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-import sys
 
-_PATH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "clock_probe.py"
-_spec = importlib.util.spec_from_file_location("clock_probe", _PATH)
-assert _spec is not None and _spec.loader is not None
-clock_probe = importlib.util.module_from_spec(_spec)
-sys.modules["clock_probe"] = clock_probe  # dataclasses resolve the module by name
-_spec.loader.exec_module(clock_probe)
+from script_module import load_script
+
+clock_probe = load_script(
+    pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "clock_probe.py"
+)
 
 
 def test_parse_line_with_reasons() -> None:

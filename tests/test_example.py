@@ -3,7 +3,6 @@ packing of several files per row with segment ids; KV-cache decoding against the
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -13,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from script_module import load_script
 
 pytest.importorskip("flax")
 pytest.importorskip("optax")
@@ -90,11 +90,7 @@ def _load_example():
     """The example as a module (examples/ is not a package)."""
     if "train_byte_lm" in sys.modules:
         return sys.modules["train_byte_lm"]
-    spec = importlib.util.spec_from_file_location("train_byte_lm", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it executes
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLE)
 
 
 def test_pack_rows_several_documents_per_row():

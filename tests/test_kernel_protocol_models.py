@@ -11,24 +11,18 @@ every warpgroup released the Q buffer).
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 import random
-import sys
 from types import ModuleType
 
 import pytest
+from script_module import load_script
 
 _MODELS = pathlib.Path(__file__).parent / "gpu" / "cuda"
 
 
 def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, _MODELS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(_MODELS / f"{name}.py")
 
 
 @pytest.mark.slow

@@ -3,7 +3,6 @@ count, its o, lse and gradients match one device, and the window variant's ring 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -12,12 +11,10 @@ import sys
 
 import jax
 import pytest
+from script_module import load_script
 
 BENCH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "multi_gpu.py"
-_spec = importlib.util.spec_from_file_location("multi_gpu_bench", BENCH)
-multi_gpu = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = multi_gpu  # its dataclasses look their module up
-_spec.loader.exec_module(multi_gpu)
+multi_gpu = load_script(BENCH, "multi_gpu_bench")
 
 MODES = {"dp": ("data-parallel",), "ring": ("ring-shard_map", "ring-jit")}
 FIELDS = (

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-import sys
 
 import pytest
+from script_module import load_script
 
-_PATH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "sass_loops.py"
-_spec = importlib.util.spec_from_file_location("sass_loops", _PATH)
-assert _spec is not None and _spec.loader is not None
-sass_loops = importlib.util.module_from_spec(_spec)
-sys.modules["sass_loops"] = sass_loops
-_spec.loader.exec_module(sass_loops)
+sass_loops = load_script(
+    pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "sass_loops.py"
+)
 
 
 def _loop(label: str, ffma: int, mufu: int, extra: tuple[str, ...] = ()) -> list[str]:
