@@ -111,9 +111,10 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
 // consumer + 32 writer) then arrives on tile_empty[it % 2], which the loader waits for before
 // rewriting the slot for it + 2 (tests/gpu/cuda/bwd_protocol_model.py checks that protocol).
 // K/V: kv_full completes once per tile with steps (parity = such tiles so far % 2); kv_empty
-// (count 2, one elected thread per consumer warpgroup after its last K/V-reading wgmma of the
-// tile retired) gates the next tile's K/V loads (fresh-barrier parity trick for the first). The
-// Q/dO rings, dS^T buffers (via step0) and the dQ writer handshakes continue across tiles. The
+// (count 8, lane 0 of each consumer warp once the warp's dK/dV epilogue, staged through its
+// warpgroup's V rows, has read them back) gates the next tile's K/V loads (fresh-barrier parity
+// trick for the first). The Q/dO rings, dS^T buffers (via step0) and the dQ writer handshakes
+// continue across tiles. The
 // look-ahead S^T/dP^T of a tile's last step read the next Q/dO stage without waiting (results
 // discarded); the loader issues none of the next tile's loads (K/V or Q/dO) before kv_empty,
 // which the consumers arrive on after the wait<0> that retires that look-ahead, so nothing is
@@ -151,7 +152,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     tma_prefetch_map(&tm_v);
     tma_prefetch_map(&tm_do);
     mbarrier_init(kv_full, 1);
-    mbarrier_init(kv_empty, Cfg::consumer_warpgroups());
+    mbarrier_init(kv_empty, Cfg::consumer_warpgroups() * 4);  // one arrival per consumer warp
     mbarrier_init(&tile_full[0], 1);
     mbarrier_init(&tile_full[1], 1);
     mbarrier_init(&tile_empty[0], Sched::kReaders);

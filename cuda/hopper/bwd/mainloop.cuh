@@ -94,24 +94,44 @@ __device__ __forceinline__ void store_pds(uint8_t* tile, const uint32_t (&v)[N /
   }
 }
 
-// Writes a 64 x dkv_cols accumulator (rows [n0 + 64r, ...) of one kv head, columns [col0, ...))
-// times `scale` to [batch, seq_k, heads_kv, head_dim]; rows past seq_k are dropped.
+// Writes a 64 x dkv_cols accumulator (key rows [n0 + 64r, ...) of one kv head, all head-dim
+// columns) times `scale` to [batch, seq_k, heads_kv, head_dim] as whole rows; rows past seq_k are
+// dropped. In the accumulator's fragment order a thread holds 4 bytes of 8 rows per column group,
+// so direct stores write 16 bytes of 8 rows each (128 four-byte stores a thread for dK and dV at
+// hd128). Instead each warp stages its own 16 rows through `stage` (this warpgroup's rows of the V
+// tile, 128B swizzle, with stmatrix) and reads them back 16 bytes a lane, so one store writes 2
+// (hd128) or 4 (hd64) whole rows. The staging rows are the warp's alone (only this warpgroup's
+// dP^T products read its V rows, and they have retired), so __syncwarp is the only ordering.
+// staged = false (a tile with no steps: V was never loaded, and on the persistent kernel the next
+// tile's K/V may be landing in it): zeros, without the staging.
 template <class T, class Cfg>
-__device__ __forceinline__ void store_dkv(void* out, const float (&acc)[Cfg::dkv_cols() / 2], float scale,
-                                          const BwdArgs& args, int n0, int r, int col0, int kv_head, int batch,
-                                          int warp, int lane) {
+__device__ __forceinline__ void store_dkv_rows(void* out, const float (&acc)[Cfg::dkv_cols() / 2], float scale,
+                                               uint8_t* stage, bool staged, const BwdArgs& args, int n0, int r,
+                                               int kv_head, int batch, int warp, int lane) {
+  static_assert(Cfg::col_splits() == 1, "a warpgroup owns whole dK / dV rows");
+  constexpr int kUnits = Cfg::dkv_cols() / 8;  // 16-byte units per row
+  constexpr int kRowsPerStore = 32 / kUnits;
+  static_assert(32 % kUnits == 0 && 16 % kRowsPerStore == 0, "a warp store covers whole rows");
+  if (staged) {
+    uint32_t v[Cfg::dkv_cols() / 4];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = n0 + 64 * r + 16 * warp + lane / 4 + 8 * i;
-    if (row >= args.seq_k) continue;
-    T* dst = static_cast<T*>(out) +
-             ((int64_t(batch) * args.seq_k + row) * args.heads_kv + kv_head) * Cfg::head_dim() + col0;
+    for (int k = 0; k < Cfg::dkv_cols() / 4; ++k) v[k] = pack2<T>(acc[2 * k] * scale, acc[2 * k + 1] * scale);
+    store_pds<Cfg, Cfg::dkv_cols()>(stage, v, r, 0, warp, lane);
+    __syncwarp();
+  }
+  const int unit = lane % kUnits;
 #pragma unroll
-    for (int j = 0; j < Cfg::dkv_cols() / 8; ++j) {
-      const int col = 8 * j + 2 * (lane % 4);
-      *reinterpret_cast<uint32_t*>(dst + col) = pack2<T>(acc[4 * j + 2 * i] * scale, acc[4 * j + 2 * i + 1] * scale);
+  for (int it = 0; it < 16 / kRowsPerStore; ++it) {
+    const int row = 64 * r + 16 * warp + kRowsPerStore * it + lane / kUnits;  // inside the key block
+    uint4 val = make_uint4(0u, 0u, 0u, 0u);
+    if (staged) val = *reinterpret_cast<const uint4*>(stage + sw128_offset(row, 8 * unit, Cfg::chunk_bytes_kv()));
+    if (n0 + row < args.seq_k) {
+      T* dst = static_cast<T*>(out) +
+               ((int64_t(batch) * args.seq_k + n0 + row) * args.heads_kv + kv_head) * Cfg::head_dim() + 8 * unit;
+      *reinterpret_cast<uint4*>(dst) = val;
     }
   }
+  __syncwarp();  // every lane's read of the staging rows is done before they are written again
 }
 
 // One step's S^T (X = K, Y = Q) or dP^T (X = V, Y = dO) slice from the ring's current stage: waits
@@ -522,15 +542,15 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     fence_regs(dv);
   }
 
-  // Persistent: no wgmma of this warpgroup reads K/V any more (every path above ends in a
-  // wait<0>), so the producer may load the next tile's while the dK/dV stores run.
-  if (kv_empty != nullptr && any && elected) mbarrier_arrive(kv_empty);
-
   // Epilogue: dK = softmax_scale * dS^T Q summed over the group, dV = P^T dO; rows past seq_k
   // dropped. A key block no query sees (seq_q == 0, causal rows before the diagonal, or a
-  // variant's band, lengths and segments) writes zeros.
-  store_dkv<T, Cfg>(args.dk, dk, args.softmax_scale, args, n0, r, dkv_col0, kv_head, batch, warp, lane);
-  store_dkv<T, Cfg>(args.dv, dv, 1.f, args, n0, r, dkv_col0, kv_head, batch, warp, lane);
+  // variant's band, lengths and segments) writes zeros. Staged through this warpgroup's V rows:
+  // no wgmma of it reads K/V any more (every path above ends in a wait<0>).
+  store_dkv_rows<T, Cfg>(args.dv, dv, 1.f, sV, any, args, n0, r, kv_head, batch, warp, lane);
+  store_dkv_rows<T, Cfg>(args.dk, dk, args.softmax_scale, sV, any, args, n0, r, kv_head, batch, warp, lane);
+  // Persistent: this warp's staging reads are done (the __syncwarp ending the stores), so the
+  // producer may load the next tile's K/V (kv_empty counts one arrival per consumer warp).
+  if (kv_empty != nullptr && any && lane == 0) mbarrier_arrive(kv_empty);
   return tile_steps;
 }
 

@@ -46,7 +46,8 @@ Mutations (--mutate; each must make some trial fail, so the model does see that 
   hd64/hd128: 'no_dq_empty_wait' (the consumers store their dQ pieces without the DqEmpty
   bar.sync), 'no_wait_read' (the writer frees the dQ tile before the bulk engine read it),
   'release_early' (det: the semaphore released before bulk_wait_all); hd128 persistent: 'kv_load_without_empty' (next tile's K/V loaded without the
-  kv_empty wait), 'kv_empty_before_lookahead' (kv_empty arrived before the last step's look-ahead
+  kv_empty wait), 'kv_empty_before_epilogue' (kv_empty arrived before the dK / dV staging in V was
+  read back), 'kv_empty_before_lookahead' (kv_empty arrived before the last step's look-ahead
   retired); hd256: 'single_pds_buffer', 'do_release_early' (dO freed before dV^T retired),
   'no_epilogue_barrier' (dK/dV staged over the rings without the first epilogue barrier),
   'release_early' (det: the semaphore released before the other warpgroup's adds are fenced).
@@ -156,6 +157,12 @@ class Cta:
         bar.arrive(tx=1)
         self.pending_tma.append((mem, content, bar))
 
+    def tma_multi(self, bar, writes):
+        """One arrival with the bytes of several regions (K and V under one kv_full)."""
+        bar.arrive(tx=len(writes))
+        for mem, content in writes:
+            self.pending_tma.append((mem, content, bar))
+
     def predecessor(self):
         for g in range(self.total_steps):
             yield (lambda: True), (lambda gg=g: self.sem_turn.add(gg))
@@ -219,7 +226,7 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
     total_steps = g
     cta = Cta(total_steps)
     kv_full = MBar("kv_full", 1)
-    kv_empty = MBar("kv_empty", 2)
+    kv_empty = MBar("kv_empty", 8)  # lane 0 of each consumer warp
     tile_full = [MBar("tile_full0", 1), MBar("tile_full1", 1)]
     # every reader (2 consumer warpgroups + the writer warp: kReaders threads) frees a slot
     tile_empty = [MBar("tile_empty0", 3), MBar("tile_empty1", 3)]
@@ -232,7 +239,10 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
     d_empty = [MBar(f"do_empty{s}", 2) for s in range(stages)]
     q_mem = [Mem(f"Q stage {s}") for s in range(stages)]
     d_mem = [Mem(f"dO stage {s}") for s in range(stages)]
-    kv_mem = Mem("K/V")
+    # K (S^T reads a warpgroup's rows, dQ all of them) and each warpgroup's V rows (read by its
+    # own dP^T only; its dK/dV epilogue stages there).
+    k_mem = Mem("K")
+    v_mem = [Mem("V rows 0"), Mem("V rows 1")]
     n_pds = 1 if mutate == "single_pds_buffer" else 2
     ds_mem = [Mem(f"dS^T buffer {b}") for b in range(n_pds)]
     dq_mem = Mem("dQ tile")
@@ -266,7 +276,14 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                 continue
             if persistent and mutate != "kv_load_without_empty":
                 yield (lambda p=(loads & 1) ^ 1: kv_empty.ok(p)), None
-            yield (lambda: True), (lambda t=tid: cta.tma(kv_full, kv_mem, ("kv", t)))
+            yield (
+                (lambda: True),
+                (
+                    lambda t=tid: cta.tma_multi(
+                        kv_full, [(k_mem, ("kv", t))] + [(v, ("kv", t)) for v in v_mem]
+                    )
+                ),
+            )
             loads += 1
             for k in range(steps):  # bwd_load_rows
                 gstep = tile_base[tid] + k
@@ -301,17 +318,18 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
             if steps == 0:
                 continue  # the look-ahead S^T / dP^T without waits, wait<0>, zero dK / dV
             yield (lambda p=kv_uses & 1: kv_full.ok(p)), None
-            if kv_mem.content != ("kv", tid):
-                raise Fail(f"{key}: K/V of tile {tid} expected, K/V holds {kv_mem.content}")
+            for mem in (k_mem, v_mem[c]):
+                if mem.content != ("kv", tid):
+                    raise Fail(f"{key}: K/V of tile {tid} expected, {mem.name} holds {mem.content}")
             kv_uses += 1
             # Prologue: C = S^T(step0) from Q's stage, D = dP^T(step0) from dO's.
             g = step0
             yield wait_full(key, q_full, q_mem, stage, phase, g)
             q_mem[stage].open((key, "C", g))
-            kv_mem.open((key, "C", g))
+            k_mem.open((key, "C", g))
             yield wait_full(key, d_full, d_mem, stage, phase, g)
             d_mem[stage].open((key, "D", g))
-            kv_mem.open((key, "D", g))
+            v_mem[c].open((key, "D", g))
             yield from scores_to_ds(key, c, g, stage)
             for k in range(steps):
                 g = step0 + k
@@ -319,16 +337,16 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                 # Group B: dQ(g) reads the whole dS^T buffer and K.
                 buf = ds_mem[g % n_pds]
                 buf.open((key, "B", g))
-                kv_mem.open((key, "B", g))
+                k_mem.open((key, "B", g))
                 # Group C: S^T(g + 1) from Q's next stage (no wait after the last step).
                 nst, nph = (stage + 1) % stages, phase ^ (1 if stage + 1 == stages else 0)
                 if has_next:
                     yield wait_full(key, q_full, q_mem, nst, nph, g + 1)
                 q_mem[nst].open((key, "C", g + 1))
-                kv_mem.open((key, "C", g + 1))
+                k_mem.open((key, "C", g + 1))
                 # wait<1>: B retired.
                 buf.close((key, "B", g))
-                kv_mem.close((key, "B", g))
+                k_mem.close((key, "B", g))
                 # Release Q(g), dO(g).
                 yield (lambda: True), (lambda s=stage: (q_empty[s].arrive(), d_empty[s].arrive()))
                 stage, phase = nst, nph
@@ -344,29 +362,45 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                 if has_next:
                     yield wait_full(key, d_full, d_mem, stage, phase, g + 1)
                 d_mem[stage].open((key, "D", g + 1))
-                kv_mem.open((key, "D", g + 1))
+                v_mem[c].open((key, "D", g + 1))
                 if has_next:
                     yield from scores_to_ds(key, c, g + 1, stage)
                 else:
                     if mutate == "kv_empty_before_lookahead":
-                        yield (lambda: True), (lambda: kv_empty.arrive())
+                        yield (lambda: True), (lambda: [kv_empty.arrive() for _ in range(4)])
                         yield (lambda: True), None
                     # wait<0>: the look-ahead C and D retired (results never read).
                     for mem, r in (
                         (q_mem[stage], "C"),
                         (d_mem[stage], "D"),
-                        (kv_mem, "C"),
-                        (kv_mem, "D"),
+                        (k_mem, "C"),
+                        (v_mem[c], "D"),
                     ):
                         mem.close((key, r, g + 1))
             step0 += steps
-            if persistent and mutate != "kv_empty_before_lookahead":
-                yield (lambda: True), (lambda: kv_empty.arrive())
+            # Epilogue (store_dkv_rows): each warp stages dV, then dK, in its warpgroup's V rows
+            # and reads them back; kv_empty after the read-back (one arrival per warp).
+            if persistent and mutate == "kv_empty_before_epilogue":
+                yield (lambda: True), (lambda: [kv_empty.arrive() for _ in range(4)])
+            for part in ("dV", "dK"):
+                yield (lambda: True), (lambda p=part, t=tid: v_mem[c].write(("epi", p, t), key))
+                v_mem[c].open((key, "epi", part))
+                yield (lambda: True), None
+                if v_mem[c].content != ("epi", part, tid):
+                    raise Fail(
+                        f"{key}: staged {part} of tile {tid} overwritten by {v_mem[c].content}"
+                    )
+                v_mem[c].close((key, "epi", part))
+            if persistent and mutate not in (
+                "kv_empty_before_lookahead",
+                "kv_empty_before_epilogue",
+            ):
+                yield (lambda: True), (lambda: [kv_empty.arrive() for _ in range(4)])
 
     def scores_to_ds(key, c, g, st):
         # wait<1>: C retired, P^T; wait<0>: D retired, dS^T. Group A: dV += P^T dO, dK += dS^T Q
         # (RS: P^T / dS^T from registers), then dS^T stored, the Pds barrier, wait<0>: A retired.
-        for mem, r in ((q_mem[st], "C"), (kv_mem, "C"), (d_mem[st], "D"), (kv_mem, "D")):
+        for mem, r in ((q_mem[st], "C"), (k_mem, "C"), (d_mem[st], "D"), (v_mem[c], "D")):
             mem.close((key, r, g))
         q_mem[st].open((key, "A", g))
         d_mem[st].open((key, "A", g))
@@ -638,6 +672,7 @@ MUTATIONS = (
     ("hd64/hd128 det", "release_early"),
     ("hd128 persistent", "kv_load_without_empty"),
     ("hd128 persistent", "kv_empty_before_lookahead"),
+    ("hd128 persistent", "kv_empty_before_epilogue"),
     ("hd256", "single_pds_buffer"),
     ("hd256", "do_release_early"),
     ("hd256", "no_epilogue_barrier"),
