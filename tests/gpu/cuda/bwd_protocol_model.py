@@ -14,7 +14,7 @@ Kernels (the named configurations of cuda/hopper/bwd/config.cuh):
                      block shapes differ): producer.cuh's loads (K/V once, Q and dO rings of two
                      stages), mainloop.cuh's pipelined consumer loop (S^T / dP^T of the next step
                      issued behind this step's dQ, dS^T double-buffered, one Pds barrier per
-                     step, the look-ahead after the last step without a full-barrier wait),
+                     step, the last step's dQ peeled with no look-ahead after it),
                      stage_dq_tile and bwd_dq_writer (dq_writer.cuh: the shared float32 dQ
                      tile, DqFull / DqEmpty, one bulk reduce-add per step).
   'hd64/hd128 det'   the same in deterministic mode: the writer's lane 0 waits until the
@@ -36,8 +36,8 @@ Kernels (the named configurations of cuda/hopper/bwd/config.cuh):
 
 Checked: no deadlock; every full-barrier wait sees the tile / step it expects in the stage; no
 TMA write into a ring stage or K/V, and no store into a shared dQ tile, dS^T / P^T buffer or the
-epilogue staging, while a read of it is open (the look-ahead reads after a tile's last step
-included: the persistent loader issues nothing of the next tile before kv_empty); every
+epilogue staging, while a read of it is open (the persistent loader issues nothing of the next
+tile's K/V before kv_empty); every
 named-barrier generation joins arrivals of one step; tile-id slots are rewritten only after every
 reader read them; dQ of each step is added exactly once with both warpgroups' pieces; in
 deterministic mode each semaphore release finds all of the step's adds landed, in step order.
@@ -47,8 +47,8 @@ Mutations (--mutate; each must make some trial fail, so the model does see that 
   bar.sync), 'no_wait_read' (the writer frees the dQ tile before the bulk engine read it),
   'release_early' (det: the semaphore released before bulk_wait_all); hd128 persistent: 'kv_load_without_empty' (next tile's K/V loaded without the
   kv_empty wait), 'kv_empty_before_epilogue' (kv_empty arrived before the dK / dV staging in V was
-  read back), 'kv_empty_before_lookahead' (kv_empty arrived before the last step's look-ahead
-  retired); hd256: 'single_pds_buffer', 'do_release_early' (dO freed before dV^T retired),
+  read back), 'kv_empty_before_last_dq' (kv_empty arrived before the last step's dQ, which reads
+  K, retired); hd256: 'single_pds_buffer', 'do_release_early' (dO freed before dV^T retired),
   'no_epilogue_barrier' (dK/dV staged over the rings without the first epilogue barrier),
   'release_early' (det: the semaphore released before the other warpgroup's adds are fenced).
   ('single_pds_buffer' does not fail hd64/hd128: each warpgroup's DqEmpty bar.sync of step t
@@ -316,7 +316,7 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                 tid = 0
             steps = tiles_steps[tid]
             if steps == 0:
-                continue  # the look-ahead S^T / dP^T without waits, wait<0>, zero dK / dV
+                continue  # S^T / dP^T of whatever the stages hold (never read), zero dK / dV
             yield (lambda p=kv_uses & 1: kv_full.ok(p)), None
             for mem in (k_mem, v_mem[c]):
                 if mem.content != ("kv", tid):
@@ -338,13 +338,17 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                 buf = ds_mem[g % n_pds]
                 buf.open((key, "B", g))
                 k_mem.open((key, "B", g))
-                # Group C: S^T(g + 1) from Q's next stage (no wait after the last step).
                 nst, nph = (stage + 1) % stages, phase ^ (1 if stage + 1 == stages else 0)
                 if has_next:
+                    # Group C: S^T(g + 1) from Q's next stage. (The last step is peeled: its B
+                    # alone, no look-ahead.)
                     yield wait_full(key, q_full, q_mem, nst, nph, g + 1)
-                q_mem[nst].open((key, "C", g + 1))
-                k_mem.open((key, "C", g + 1))
-                # wait<1>: B retired.
+                    q_mem[nst].open((key, "C", g + 1))
+                    k_mem.open((key, "C", g + 1))
+                elif persistent and mutate == "kv_empty_before_last_dq":
+                    yield (lambda: True), (lambda: [kv_empty.arrive() for _ in range(4)])
+                    yield (lambda: True), None
+                # wait<1> (the last step: wait<0>): B retired.
                 buf.close((key, "B", g))
                 k_mem.close((key, "B", g))
                 # Release Q(g), dO(g).
@@ -358,25 +362,12 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                 dq_mem.write(("dq", g), key)
                 dq_written.setdefault(g, set()).add(c)
                 yield (lambda: True), (lambda gg=g: dq_fullb.arrive(128, gg))
-                # Group D: dP^T(g + 1).
                 if has_next:
+                    # Group D: dP^T(g + 1).
                     yield wait_full(key, d_full, d_mem, stage, phase, g + 1)
-                d_mem[stage].open((key, "D", g + 1))
-                v_mem[c].open((key, "D", g + 1))
-                if has_next:
+                    d_mem[stage].open((key, "D", g + 1))
+                    v_mem[c].open((key, "D", g + 1))
                     yield from scores_to_ds(key, c, g + 1, stage)
-                else:
-                    if mutate == "kv_empty_before_lookahead":
-                        yield (lambda: True), (lambda: [kv_empty.arrive() for _ in range(4)])
-                        yield (lambda: True), None
-                    # wait<0>: the look-ahead C and D retired (results never read).
-                    for mem, r in (
-                        (q_mem[stage], "C"),
-                        (d_mem[stage], "D"),
-                        (k_mem, "C"),
-                        (v_mem[c], "D"),
-                    ):
-                        mem.close((key, r, g + 1))
             step0 += steps
             # Epilogue (store_dkv_rows): each warp stages dV, then dK, in its warpgroup's V rows
             # and reads them back; kv_empty after the read-back (one arrival per warp).
@@ -391,10 +382,7 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                         f"{key}: staged {part} of tile {tid} overwritten by {v_mem[c].content}"
                     )
                 v_mem[c].close((key, "epi", part))
-            if persistent and mutate not in (
-                "kv_empty_before_lookahead",
-                "kv_empty_before_epilogue",
-            ):
+            if persistent and mutate not in ("kv_empty_before_last_dq", "kv_empty_before_epilogue"):
                 yield (lambda: True), (lambda: [kv_empty.arrive() for _ in range(4)])
 
     def scores_to_ds(key, c, g, st):
@@ -671,7 +659,7 @@ MUTATIONS = (
     ("hd64/hd128", "no_wait_read"),
     ("hd64/hd128 det", "release_early"),
     ("hd128 persistent", "kv_load_without_empty"),
-    ("hd128 persistent", "kv_empty_before_lookahead"),
+    ("hd128 persistent", "kv_empty_before_last_dq"),
     ("hd128 persistent", "kv_empty_before_epilogue"),
     ("hd256", "single_pds_buffer"),
     ("hd256", "do_release_early"),
