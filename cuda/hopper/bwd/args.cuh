@@ -5,6 +5,13 @@
 
 #include "hopper/common/mask.cuh"
 
+// FA4_BWD_PHASE_PROBE=1: a diagnostic build of the hd64 / hd128 grid kernel that records when
+// each CTA reaches each phase (bwd/probe.cuh; the harness's --probe). Off in every shipped build,
+// where it changes nothing (SASS identical).
+#ifndef FA4_BWD_PHASE_PROBE
+#define FA4_BWD_PHASE_PROBE 0
+#endif
+
 namespace fa4::hopper {
 
 struct BwdArgs {
@@ -39,6 +46,12 @@ struct BwdArgs {
   // edge, bwd_band_reach in heuristics.h); >= seq_q for plain causal, where it hides nothing and
   // no band arithmetic runs (bwd_band_bounded).
   int band_reach;
+#if FA4_BWD_PHASE_PROBE
+  // The phase probe's buffer (bwd/probe.cuh): probe_ctas x kBwdProbeEvents globaltimer readings,
+  // null when not probing. Only in a probe build (appended: no other offset moves).
+  long long* probe;
+  long long probe_ctas;
+#endif
 };
 
 // Whether a kCausal problem of configuration Cfg has a left edge (a causal band): only then is

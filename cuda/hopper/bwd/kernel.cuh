@@ -27,6 +27,7 @@
 #include "hopper/bwd/config.cuh"
 #include "hopper/bwd/dq_writer.cuh"
 #include "hopper/bwd/mainloop.cuh"
+#include "hopper/bwd/probe.cuh"
 #include "hopper/bwd/producer.cuh"
 #include "hopper/bwd/scheduler.cuh"
 #include "hopper/bwd/variant.cuh"
@@ -57,6 +58,10 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   auto* q_bars = reinterpret_cast<Barriers*>(kv_full + 1);
   auto* do_bars = q_bars + 1;
 
+  if (kBwdPhaseProbe && threadIdx.x == 0) {
+    bwd_probe_mark(args, kBwdProbeEntry);
+    bwd_probe_mark(args, kBwdProbeSm, bwd_probe_smid());
+  }
   int n_block, kv_head, batch;
   BwdGridScheduler<K>::tile(args, &n_block, &kv_head, &batch);
   const int n0 = n_block * Cfg::block_n();
@@ -79,6 +84,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   // are read only after this; the postprocess may launch now (it waits for this grid's end).
   grid_dependency_wait();
   grid_dependency_launch_dependents();
+  if (kBwdPhaseProbe && threadIdx.x == 0) bwd_probe_mark(args, kBwdProbeSetup);
 
   if (wg == 0) {
     setmaxnreg_dec<bwd_producer_regs<Cfg, K>()>();
@@ -95,6 +101,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
       }
     } else if (threadIdx.x / 32 == 1) {
       bwd_dq_writer<Cfg, K>(smem, args, n0, kv_head, batch, threadIdx.x % 32);
+      if (kBwdPhaseProbe && threadIdx.x == 32) bwd_probe_mark(args, kBwdProbeWriterEnd);
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();

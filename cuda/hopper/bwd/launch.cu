@@ -38,6 +38,19 @@ std::string bwd_check_launch(const BwdProblem& p, const BwdWorkspace& ws, cudaSt
   return {};
 }
 
+#if FA4_BWD_PHASE_PROBE
+static long long* g_probe = nullptr;
+static long long g_probe_ctas = 0;
+void bwd_set_phase_probe(long long* buffer, long long ctas) {
+  g_probe = buffer;
+  g_probe_ctas = buffer != nullptr ? ctas : 0;
+}
+long long* bwd_phase_probe(long long* ctas) {
+  *ctas = g_probe_ctas;
+  return g_probe;
+}
+#endif
+
 std::string launch_bwd(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream) {
   std::string err = check_problem_shape(p);
   if (!err.empty()) return err;

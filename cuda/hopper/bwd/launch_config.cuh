@@ -84,6 +84,9 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
     args.softcap_log2 = SoftCap ? p.variant.softcap * 1.4426950408889634f : 0.f;
     args.reverse_blocks = K == MaskKind::kVariant && schedule.reverse_blocks && !p.deterministic;
     args.band_reach = K == MaskKind::kCausal ? bwd_band_reach(p) : int(p.seq_q);
+#if FA4_BWD_PHASE_PROBE
+    args.probe = Cfg::persistent() || Cfg::kv80() ? nullptr : bwd_phase_probe(&args.probe_ctas);
+#endif
 
     if constexpr (Cfg::persistent()) {
       static_assert(K != MaskKind::kVariant && !SoftCap, "the persistent kernel runs dense and causal problems");

@@ -12,6 +12,7 @@
 
 #include "hopper/bwd/args.cuh"
 #include "hopper/bwd/dq_writer.cuh"
+#include "hopper/bwd/probe.cuh"
 #include "hopper/bwd/scheduler.cuh"
 #include "hopper/bwd/variant.cuh"
 #include "hopper/common/mask.cuh"
@@ -431,6 +432,9 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
   }
   const bool any = m_end > m_begin;
   if (any) mbarrier_wait(kv_full, kv_parity);
+  // The phase probe's thread (a probe build's grid kernel only).
+  const bool probe = kBwdPhaseProbe && !Cfg::persistent() && c == 0 && tid == 0;
+  if (probe) bwd_probe_mark(args, kBwdProbeKv);
 
   // This thread's first key row (the second is +8) and the offset of its first query column.
   const int key_row0 = n0 + 64 * r + 16 * warp + lane / 4;
@@ -495,6 +499,7 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
   } else {
     wgmma_wait<0>();
   }
+  if (probe) bwd_probe_mark(args, kBwdProbeFirstStep);
   // Group B of step `step`: dQ(t), then (with the next step's S^T, group C, in flight behind it
   // when there is a next step: LookAhead) Q(t) and dO(t) released and the dQ tile staged.
   // (`step` = step0 + the step inside this tile: the dS^T buffer of the step.)
@@ -535,19 +540,26 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     if (++m == m_end) m = m_begin;
     scores_to_ds(m * BM, q.pipe.stage, step + 1);
   }
+  if (probe) bwd_probe_mark(args, kBwdProbeLoopEnd);
   // The last step's group B alone, peeled: no look-ahead S^T and dP^T on a stage nobody loads.
   if (tile_steps > 0) {
     dq_step(step0 + tile_steps - 1, std::false_type{});
     fence_regs(dk);  // the epilogue reads them: not before this wait
     fence_regs(dv);
   }
+  if (probe) bwd_probe_mark(args, kBwdProbeLastDq);
 
   // Epilogue: dK = softmax_scale * dS^T Q summed over the group, dV = P^T dO; rows past seq_k
   // dropped. A key block no query sees (seq_q == 0, causal rows before the diagonal, or a
   // variant's band, lengths and segments) writes zeros. Staged through this warpgroup's V rows:
   // no wgmma of it reads K/V any more (every path above ends in a wait<0>).
   store_dkv_rows<T, Cfg>(args.dv, dv, 1.f, sV, any, args, n0, r, kv_head, batch, warp, lane);
+  if (probe) bwd_probe_mark(args, kBwdProbeDvOut);
   store_dkv_rows<T, Cfg>(args.dk, dk, args.softmax_scale, sV, any, args, n0, r, kv_head, batch, warp, lane);
+  if (probe) {
+    bwd_probe_mark(args, kBwdProbeDkOut);
+    bwd_probe_mark(args, kBwdProbeSteps, tile_steps);
+  }
   // Persistent: this warp's staging reads are done (the __syncwarp ending the stores), so the
   // producer may load the next tile's K/V (kv_empty counts one arrival per consumer warp).
   if (kv_empty != nullptr && any && lane == 0) mbarrier_arrive(kv_empty);

@@ -27,6 +27,10 @@
 // N packs the --bench rows with N equal documents (sorted segment ids); --bench-heads H and
 // --bench-heads-kv HKV set their query and kv heads (GQA rows; HKV must divide H). The
 // persistent configuration runs dense and causal only, so variant cases skip it.
+// --probe (with --bench, in a build where every source has -DFA4_BWD_PHASE_PROBE=1): after each
+// timed row of the hd64 / hd128 grid kernel, one launch records when each CTA reaches each phase
+// (bwd/probe.cuh) and a line summarises it: setup, K/V arrival, first step, a steady step, the
+// last dQ, the dV and dK stores, the gap between CTAs on an SM, the last wave's tail.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -37,6 +41,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -46,6 +51,9 @@
 #include "hopper/bwd/config.cuh"
 #include "hopper/bwd/heuristics.h"
 #include "hopper/bwd/launch.h"
+#if FA4_BWD_PHASE_PROBE
+#include "hopper/bwd/probe.cuh"
+#endif
 
 using fa4::hopper::BwdProblem;
 using fa4::hopper::BwdSchedule;
@@ -80,6 +88,74 @@ static int g_bench_docs = 0;
 // --bench-heads H, --bench-heads-kv HKV: the --bench rows' query and kv heads (default 2048 / d
 // each: the FA3 grid's hidden 2048 without GQA).
 static int g_bench_heads = 0, g_bench_heads_kv = 0;
+
+[[maybe_unused]] static bool g_probe = false;  // --probe (a FA4_BWD_PHASE_PROBE=1 build)
+
+#if FA4_BWD_PHASE_PROBE
+// One probed launch (bwd/probe.cuh) of what `launch` enqueues, summarised: mean time per phase of
+// a CTA, the gap between one CTA's end and the next one's start on the same SM, how busy the SMs
+// were over the kernel's span, and the last wave's tail.
+template <class Launch>
+static void probe_report(const char* name, int64_t tiles, Launch launch) {
+  using fa4::hopper::kBwdProbeEvents;
+  namespace h = fa4::hopper;
+  long long* buf;
+  const size_t n = size_t(tiles) * kBwdProbeEvents;
+  CHECK_CUDA(cudaMalloc(&buf, n * 8));
+  CHECK_CUDA(cudaMemset(buf, 0, n * 8));
+  h::bwd_set_phase_probe(buf, tiles);
+  launch();
+  CHECK_CUDA(cudaDeviceSynchronize());
+  h::bwd_set_phase_probe(nullptr, 0);
+  std::vector<long long> v(n);
+  CHECK_CUDA(cudaMemcpy(v.data(), buf, n * 8, cudaMemcpyDeviceToHost));
+  cudaFree(buf);
+  auto at = [&](size_t c, int e) { return double(v[c * kBwdProbeEvents + e]); };
+  double t0 = 1e300, t1 = 0, sum[h::kBwdProbeEvents] = {}, steps = 0, per_step = 0, n_multi = 0, cta_us = 0;
+  size_t ctas = 0;
+  std::map<int, std::vector<std::pair<double, double>>> by_sm;
+  for (size_t c = 0; c < size_t(tiles); ++c) {
+    if (at(c, h::kBwdProbeEntry) == 0 || at(c, h::kBwdProbeDkOut) == 0) continue;  // no record
+    const double end = std::max(at(c, h::kBwdProbeDkOut), at(c, h::kBwdProbeWriterEnd));
+    t0 = std::min(t0, at(c, h::kBwdProbeEntry));
+    t1 = std::max(t1, end);
+    // Each phase from the event before it.
+    const int order[] = {h::kBwdProbeEntry, h::kBwdProbeSetup, h::kBwdProbeKv, h::kBwdProbeFirstStep,
+                         h::kBwdProbeLoopEnd, h::kBwdProbeLastDq, h::kBwdProbeDvOut, h::kBwdProbeDkOut};
+    for (int i = 1; i < 8; ++i) sum[order[i]] += at(c, order[i]) - at(c, order[i - 1]);
+    const double s_ = at(c, h::kBwdProbeSteps);
+    steps += s_;
+    if (s_ > 1) {
+      per_step += (at(c, h::kBwdProbeLoopEnd) - at(c, h::kBwdProbeFirstStep)) / (s_ - 1);
+      n_multi += 1;
+    }
+    cta_us += end - at(c, h::kBwdProbeEntry);
+    by_sm[int(at(c, h::kBwdProbeSm))].push_back({at(c, h::kBwdProbeEntry), end});
+    ++ctas;
+  }
+  if (ctas == 0) {
+    std::printf("probe %s: no CTA recorded (the probe covers the hd64 / hd128 grid kernel)\n", name);
+    return;
+  }
+  double gap = 0, gaps = 0, busy = 0, tail = 0;
+  for (auto& kv : by_sm) {
+    auto& l = kv.second;
+    std::sort(l.begin(), l.end());
+    for (size_t i = 0; i + 1 < l.size(); ++i) gap += l[i + 1].first - l[i].second, gaps += 1;
+    for (auto& e : l) busy += e.second - e.first;
+    tail += t1 - l.back().second;
+  }
+  const double k = 1e-3 / double(ctas);  // ns summed over CTAs -> mean us
+  std::printf("probe %s: %zu CTAs on %zu SMs, span %.1f us; mean us a CTA: setup %.2f, K/V %.2f, first step %.2f, "
+              "step %.3f (%.1f steps), last dQ %.2f, dV out %.2f, dK out %.2f, CTA %.2f; between CTAs on an SM %.2f; "
+              "SMs busy %.1f%% of the span; last-wave tail %.1f us an SM\n",
+              name, ctas, by_sm.size(), (t1 - t0) * 1e-3, sum[h::kBwdProbeSetup] * k, sum[h::kBwdProbeKv] * k,
+              sum[h::kBwdProbeFirstStep] * k, n_multi > 0 ? per_step / n_multi * 1e-3 : 0.0, steps / double(ctas),
+              sum[h::kBwdProbeLastDq] * k, sum[h::kBwdProbeDvOut] * k, sum[h::kBwdProbeDkOut] * k, cta_us * k,
+              gaps > 0 ? gap / gaps * 1e-3 : 0.0, 100.0 * busy / (double(by_sm.size()) * (t1 - t0)),
+              tail / double(by_sm.size()) * 1e-3);
+}
+#endif
 
 static std::string launch_target(const Target& t, const BwdProblem& p, const BwdWorkspace& ws) {
   if (!t.launch) return fa4::hopper::launch_bwd(p, ws, 0);
@@ -552,6 +628,12 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Target*>
               cudaEventElapsedTime(&tm, e0, e1);
               if (it >= 3) ms.push_back(tm);
             }
+#if FA4_BWD_PHASE_PROBE
+            if (g_probe) {
+              const int64_t tiles = (int64_t(s) + 127) / 128 * b * hkv;  // block_n = 128 (hd64, hd128)
+              probe_report(t->name, tiles, [&] { launch_target(*t, p, ws); });
+            }
+#endif
             std::sort(ms.begin(), ms.end());
             const double med = ms[ms.size() / 2];
             const double flops = 2.5 * 4.0 * b * h * double(s) * s * d / (causal ? 2 : 1);
@@ -647,6 +729,13 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--bench")) do_bench = true;
     else if (!std::strcmp(argv[i], "--deterministic-bench")) do_bench = det_bench = true;
     else if (!std::strcmp(argv[i], "--no-check")) do_check = false;
+    else if (!std::strcmp(argv[i], "--probe")) {
+      if (!FA4_BWD_PHASE_PROBE) {
+        std::printf("--probe needs a phase-probe build (nvcc -DFA4_BWD_PHASE_PROBE=1 for every source)\n");
+        return 2;
+      }
+      g_probe = true;
+    }
     else if (!std::strcmp(argv[i], "--quick")) quick = true;  // two small bf16 shapes (compute-sanitizer)
     else if (!std::strcmp(argv[i], "--quick-bench")) seqs = {2048, 4096, 16384};
     else if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
