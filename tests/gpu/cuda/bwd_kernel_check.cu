@@ -22,7 +22,7 @@
 // cases (window bands, negative ring bounds, padding lengths with out-of-range values, sorted and
 // unsorted segment ids, soft cap, sinks in the forward's lse, and all of them combined with GQA);
 // --no-variants skips it, --variants-only runs it alone. --window L,R (a bound >= 1073741824 is
-// unbounded), --lengths, --segments sorted|unsorted, --softcap C and --sinks apply one variant to
+// unbounded), --lengths, --segments sorted|unsorted|interleaved, --softcap C and --sinks apply one variant to
 // the dense / causal shape list instead, and --window / --softcap to the --bench rows; --bench-docs
 // N packs the --bench rows with N equal documents (sorted segment ids); --bench-heads H and
 // --bench-heads-kv HKV set their query and kv heads (GQA rows; HKV must divide H). The
@@ -175,7 +175,9 @@ constexpr int kUnb = fa4::hopper::kWindowUnbounded;
 struct Variant {
   int left = kUnb, right = kUnb;  // window band around the diagonal (may be negative)
   bool lengths = false;           // random q / kv lengths per batch entry (some out of [0, seq])
-  int segments = 0;               // 0 none, 1 sorted (packed documents), 2 unsorted ids
+  int segments = 0;               // 0 none, 1 sorted (packed documents), 2 unsorted ids, 3 two
+                                  // interleaved documents (whole 64-row chunks of ids 1 and 2 in
+                                  // random order, a quarter of the chunks split between them)
   float softcap = 0.f;
   bool sinks = false;             // a sink logit per q head in the forward's lse
   bool any() const { return left < kUnb || right < kUnb || lengths || segments || softcap > 0 || sinks; }
@@ -193,7 +195,7 @@ static std::string describe(const Case& c) {
   auto bound = [](int x) { return x >= kUnb ? std::string("inf") : std::to_string(x); };
   if (c.v.left < kUnb || c.v.right < kUnb) var += " win(" + bound(c.v.left) + "," + bound(c.v.right) + ")";
   if (c.v.lengths) var += " lens";
-  if (c.v.segments) var += c.v.segments == 1 ? " seg-sorted" : " seg-unsorted";
+  if (c.v.segments) var += c.v.segments == 1 ? " seg-sorted" : c.v.segments == 2 ? " seg-unsorted" : " seg-interleaved";
   if (c.v.softcap > 0) var += " cap" + std::to_string(int(c.v.softcap));
   if (c.v.sinks) var += " sinks";
   std::snprintf(buf, sizeof buf, "b=%d sq=%d sk=%d hq=%d hkv=%d d=%d %s %s%s%s", c.b, c.sq, c.sk, c.hq, c.hkv, c.d,
@@ -242,6 +244,13 @@ static VariantInputs make_variant_inputs(const Case& c, std::mt19937_64& rng) {
             }
             out.push_back(id);
           }
+        } else if (c.v.segments == 3) {
+          // Interleaved: a key block's rows of one document are not one range of query blocks.
+          for (int c0 = 0; c0 < s; c0 += 64) {
+            const int id = 1 + int(r2() % 2);
+            const int split = r2() % 4 == 0 ? c0 + 1 + int(r2() % 63) : c0 + 64;
+            for (int i = c0; i < std::min(s, c0 + 64); ++i) out.push_back(i < split ? id : 3 - id);
+          }
         } else {
           for (int i = 0; i < s; ++i) out.push_back(int(r2() % 3));
         }
@@ -249,7 +258,7 @@ static VariantInputs make_variant_inputs(const Case& c, std::mt19937_64& rng) {
     };
     const uint64_t seed = rng();
     ids(c.sq, in.q_ids, seed);
-    if (c.sq == c.sk && c.v.segments == 1) {
+    if (c.sq == c.sk && c.v.segments != 2) {
       in.kv_ids = in.q_ids;
     } else {
       ids(c.sk, in.kv_ids, c.v.segments == 1 ? seed : rng());
@@ -703,6 +712,10 @@ static std::vector<Case> variant_cases() {
   add(2, 300, 350, 4, 1, false, all);
   w.left = 256, w.right = 0;
   add(1, 1024, 1024, 4, 4, true, w);  // causal with a left window: the benchmark's shape, scaled down
+  Variant il;
+  il.segments = 3;
+  add(2, 700, 700, 2, 1, true, il);  // two interleaved documents (whole chunks), causal and not
+  add(1, 500, 500, 2, 2, false, il);
   // Each case stays small: the float64 reference visits b x hq x sq x sk pairs and, for the
   // visible ones, 6 d flops; at head dim 256 this bound keeps a case under ~1 s on 16 cores and
   // the whole suite (every head dim, both dtypes, every configuration and mode) well under 60 s.
@@ -762,9 +775,12 @@ int main(int argc, char** argv) {
       given.lengths = shapes_variant = true;
     } else if (!std::strcmp(argv[i], "--segments") && i + 1 < argc) {
       ++i;
-      given.segments = !std::strcmp(argv[i], "sorted") ? 1 : !std::strcmp(argv[i], "unsorted") ? 2 : -1;
+      given.segments = !std::strcmp(argv[i], "sorted")        ? 1
+                       : !std::strcmp(argv[i], "unsorted")    ? 2
+                       : !std::strcmp(argv[i], "interleaved") ? 3
+                                                              : -1;
       if (given.segments < 0) {
-        std::printf("--segments takes sorted or unsorted\n");
+        std::printf("--segments takes sorted, unsorted or interleaved\n");
         return 2;
       }
       shapes_variant = true;

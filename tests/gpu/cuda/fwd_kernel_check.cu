@@ -106,7 +106,9 @@ struct Variant {
   int left = kUnb, right = kUnb;  // the window band around the diagonal (may be negative)
   int lengths = 0;                // 1: per-batch q and kv lengths (0, full, partial), 2: kv only
   int segments = 0;               // 1: sorted ids (packed documents), 2: unsorted ids in {0, 1, 2},
-                                  // 3: documents of 2048 (the benchmark's packing)
+                                  // 3: documents of 2048 (the benchmark's packing), 4: two
+                                  // interleaved documents (whole 64-row chunks of ids 1 and 2 in
+                                  // random order, a quarter of the chunks split between them)
   float softcap = 0.f;
   bool sinks = false;
   bool any() const {
@@ -145,7 +147,12 @@ static std::string describe(const Case& c) {
     out += " window=(" + side(v.left) + "," + side(v.right) + ")";
   }
   if (v.lengths) out += v.lengths == 1 ? " lengths" : " kv-lengths";
-  if (v.segments) out += v.segments == 1 ? " segments-sorted" : v.segments == 2 ? " segments-unsorted" : " documents-of-2048";
+  if (v.segments) {
+    out += v.segments == 1   ? " segments-sorted"
+           : v.segments == 2 ? " segments-unsorted"
+           : v.segments == 3 ? " documents-of-2048"
+                             : " segments-interleaved";
+  }
   if (v.softcap > 0.f) {
     std::snprintf(buf, sizeof buf, " softcap=%g", v.softcap);
     out += buf;
@@ -195,6 +202,14 @@ static VariantData make_variant(const Case& c, std::mt19937_64& rng) {
             }
             out[size_t(b) * seq + i] = id;
             --left;
+          }
+        } else if (v.segments == 4) {
+          // Interleaved: a document's uniform chunks are not contiguous, so the forward's uniform
+          // run (TileMask::uniform_key_run) has none and every block takes the element mask.
+          for (int c0 = 0; c0 < seq; c0 += 64) {
+            const int id = 1 + int(rng() % 2);
+            const int split = rng() % 4 == 0 ? c0 + 1 + int(rng() % 63) : c0 + 64;
+            for (int i = c0; i < std::min(seq, c0 + 64); ++i) out[size_t(b) * seq + i] = i < split ? id : 3 - id;
           }
         } else {
           for (int i = 0; i < seq; ++i) out[size_t(b) * seq + i] = int(rng() % 3);
@@ -851,6 +866,9 @@ int main(int argc, char** argv) {
         {3, 900, 1100, 4, 2, 0, true, true, 0.f, with(win(256, 0), 1, 1, 20.f, true)},
         {4, 700, 700, 4, 1, 0, true, false, 0.f, with(win(128, 64), 1, 2, 0.f, true)},
         {2, 1000, 1000, 2, 2, 0, true, true, 0.f, with(win(300, 0), 0, 1, 0.f, false)},
+        // Two interleaved documents (no uniform run), causal and not.
+        {2, 1100, 1100, 2, 1, 0, true, true, 0.f, with(none, 0, 4, 0.f, false)},
+        {1, 900, 900, 2, 2, 0, true, false, 0.f, with(none, 0, 4, 0.f, false)},
     };
     for (int d : dims)
       for (int bf16 = 1; bf16 >= (quick ? 1 : 0) && variants; --bf16)
