@@ -375,9 +375,9 @@ constexpr bool kBwdDenseTileSplit = !kBwdSplitMaskedCopy<Cfg>;
 // One consumer warpgroup's work on one tile (key block n0 of kv head `kv_head`, batch `batch`).
 // The rings q / dO carry on from the previous tile (persistent kernel) or start fresh; step0 = the
 // steps this CTA did before (the dS^T buffer parity runs on across tiles); K/V are awaited on
-// kv_full with parity kv_parity; kv_empty (persistent kernel only, else null) gets this
-// warpgroup's arrival once no wgmma reads K/V any more, before the dK/dV stores. Returns the
-// number of steps done.
+// kv_full with parity kv_parity; kv_empty (persistent kernel only, else null) gets one arrival
+// per consumer warp once its dK/dV staging in V has been read back (a tile with steps only).
+// Returns the number of steps done.
 //
 // KeysPastEnd: whether the tile may hold keys past seq_k (the last key block). Only the dense
 // kernels call with false, for every other key block: their steps then compile without the mask,
