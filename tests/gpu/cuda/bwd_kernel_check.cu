@@ -15,7 +15,9 @@
 //        -Xcompiler -fopenmp tests/gpu/cuda/bwd_kernel_check.cu cuda/hopper/bwd/*.cu \
 //        cuda/hopper/common/tensor_map.cu -o bwd_check
 // Options: --config NAME (repeatable: "library", "hd64", "hd128", "hd128 persistent",
-// "hd256 (64x80)"; default all), --hd D (repeatable), --lpt 0|1, --max-ctas N, --modes 0,1
+// "hd256 (64x80)"; default all), --hd D (repeatable), --lpt 0|1, --lpt-section N (N (batch, kv
+// head) pairs a longest-first section, key block major inside it; on every configuration's
+// schedule), --max-ctas N, --modes 0,1
 // (0 default, 1 deterministic), --no-check, --bench, --quick-bench, --deterministic-bench,
 // --seqs 2048,16384, --timeout S (seconds before a run counts as hung).
 // Attention variants (issue 20): after the dense / causal shapes the check runs a suite of variant
@@ -82,6 +84,7 @@ static const Target kTargets[] = {
 
 // Schedule overrides (-1: the heuristics' choice).
 static int g_lpt = -1;
+static int g_lpt_section = 0;  // --lpt-section N: N (batch, kv head) pairs a section (0: as --lpt / the plan)
 static int g_max_ctas = 0;
 // --bench-docs N: the --bench rows packed with N equal documents per row (sorted segment ids).
 static int g_bench_docs = 0;
@@ -162,6 +165,7 @@ static std::string launch_target(const Target& t, const BwdProblem& p, const Bwd
   BwdSchedule s;
   if (p.heads_kv > 0) s = fa4::hopper::bwd_plan(p).schedule;
   if (g_lpt >= 0) s.lpt_section = g_lpt && p.heads_kv > 0 ? fa4::hopper::bwd_lpt_section(p) : 0;
+  if (g_lpt_section > 0) s.lpt_section = int(std::min<int64_t>(g_lpt_section, p.heads_kv * p.batch));
   s.max_ctas = g_max_ctas;
   return t.launch(p, ws, 0, s);
 }
@@ -759,6 +763,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--bench-heads-kv") && i + 1 < argc)
       g_bench_heads_kv = std::max(0, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--lpt") && i + 1 < argc) g_lpt = std::atoi(argv[++i]) != 0 ? 1 : 0;
+    else if (!std::strcmp(argv[i], "--lpt-section") && i + 1 < argc) g_lpt_section = std::max(0, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = int_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--timeout") && i + 1 < argc) g_timeout_s = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--no-variants")) variants = false;
