@@ -60,9 +60,6 @@ struct BwdSchedule {
 // what is supported. Never aborts.
 std::string launch_bwd(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream);
 
-#ifndef FA4_BWD_PHASE_PROBE
-#define FA4_BWD_PHASE_PROBE 0
-#endif
 #if FA4_BWD_PHASE_PROBE
 // A phase-probe build (args.cuh): the buffer the next launches of the hd64 / hd128 grid kernel
 // record into (ctas x kBwdProbeEvents, bwd/probe.cuh), or null to stop.

@@ -747,11 +747,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--deterministic-bench")) do_bench = det_bench = true;
     else if (!std::strcmp(argv[i], "--no-check")) do_check = false;
     else if (!std::strcmp(argv[i], "--probe")) {
-      if (!FA4_BWD_PHASE_PROBE) {
-        std::printf("--probe needs a phase-probe build (nvcc -DFA4_BWD_PHASE_PROBE=1 for every source)\n");
-        return 2;
-      }
+#if FA4_BWD_PHASE_PROBE
       g_probe = true;
+#else
+      std::printf("--probe needs a phase-probe build (nvcc -DFA4_BWD_PHASE_PROBE=1 for every source)\n");
+      return 2;
+#endif
     }
     else if (!std::strcmp(argv[i], "--quick")) quick = true;  // two small bf16 shapes (compute-sanitizer)
     else if (!std::strcmp(argv[i], "--quick-bench")) seqs = {2048, 4096, 16384};
