@@ -561,8 +561,14 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     bwd_probe_mark(args, kBwdProbeSteps, tile_steps);
   }
   // Persistent: this warp's staging reads are done (the __syncwarp ending the stores), so the
-  // producer may load the next tile's K/V (kv_empty counts one arrival per consumer warp).
-  if (kv_empty != nullptr && any && lane == 0) mbarrier_arrive(kv_empty);
+  // producer may load the next tile's K/V (kv_empty counts one arrival per consumer warp). The
+  // next K/V lands by TMA (async proxy) over the generic-proxy stmatrix writes: each thread fences
+  // its own writes before the warp's arrival.
+  if (kv_empty != nullptr && any) {
+    fence_proxy_async_smem();
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(kv_empty);
+  }
   return tile_steps;
 }
 
