@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
 
   if (kBwdPhaseProbe && threadIdx.x == 0) {
     bwd_probe_mark(args, kBwdProbeEntry);
-    bwd_probe_mark(args, kBwdProbeSm, bwd_probe_smid());
+    bwd_probe_mark(args, kBwdProbeSm, sm_id());
   }
   int n_block, kv_head, batch;
   BwdGridScheduler<K>::tile(args, &n_block, &kv_head, &batch);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "hopper/bwd/args.cuh"
+#include "hopper/ptx/special_registers.cuh"
 
 namespace fa4::hopper {
 
@@ -31,19 +32,12 @@ enum BwdProbeEvent : int {
 __device__ __forceinline__ void bwd_probe_mark(const BwdArgs& args, int event, long long value = -1) {
 #if FA4_BWD_PHASE_PROBE
   if (args.probe == nullptr) return;
-  if (value < 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(value));
+  if (value < 0) value = globaltimer_ns();
   const long long cta = blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
   if (cta < args.probe_ctas) args.probe[cta * kBwdProbeEvents + event] = value;
 #else
   (void)args, (void)event, (void)value;
 #endif
-}
-
-// This SM's id (the probe's kBwdProbeSm).
-__device__ __forceinline__ long long bwd_probe_smid() {
-  uint32_t sm;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  return sm;
 }
 
 }  // namespace fa4::hopper

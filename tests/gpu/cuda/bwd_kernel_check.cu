@@ -250,11 +250,8 @@ static VariantInputs make_variant_inputs(const Case& c, std::mt19937_64& rng) {
           }
         } else if (c.v.segments == 3) {
           // Interleaved: a key block's rows of one document are not one range of query blocks.
-          for (int c0 = 0; c0 < s; c0 += 64) {
-            const int id = 1 + int(r2() % 2);
-            const int split = r2() % 4 == 0 ? c0 + 1 + int(r2() % 63) : c0 + 64;
-            for (int i = c0; i < std::min(s, c0 + 64); ++i) out.push_back(i < split ? id : 3 - id);
-          }
+          const std::vector<int32_t> row = interleaved_document_ids(s, r2);
+          out.insert(out.end(), row.begin(), row.end());
         } else {
           for (int i = 0; i < s; ++i) out.push_back(int(r2() % 3));
         }

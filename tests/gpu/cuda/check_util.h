@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,20 @@ static inline std::vector<int32_t> segment_chunk_ranges(const std::vector<int32_
       r[(size_t(b) * chunks + c) * 2 + 1] = mx;
     }
   return r;
+}
+
+// Segment ids of one row of `seq` positions holding two interleaved documents: each 64-row chunk
+// takes id 1 or 2 at random, and a quarter of the chunks switch to the other id part-way, so
+// neither document is one range of rows (the kernels find no uniform run and skip no block).
+static inline std::vector<int32_t> interleaved_document_ids(int seq, std::mt19937_64& rng) {
+  std::vector<int32_t> ids;
+  ids.reserve(size_t(std::max(seq, 0)));
+  for (int c0 = 0; c0 < seq; c0 += 64) {
+    const int id = 1 + int(rng() % 2);
+    const int split = rng() % 4 == 0 ? c0 + 1 + int(rng() % 63) : c0 + 64;
+    for (int i = c0; i < std::min(seq, c0 + 64); ++i) ids.push_back(i < split ? id : 3 - id);
+  }
+  return ids;
 }
 
 // Segment ids [batch, seq] of rows packed with `docs` documents of seq / docs positions each (the

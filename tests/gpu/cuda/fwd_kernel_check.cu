@@ -204,13 +204,9 @@ static VariantData make_variant(const Case& c, std::mt19937_64& rng) {
             --left;
           }
         } else if (v.segments == 4) {
-          // Interleaved: a document's uniform chunks are not contiguous, so the forward's uniform
-          // run (TileMask::uniform_key_run) has none and every block takes the element mask.
-          for (int c0 = 0; c0 < seq; c0 += 64) {
-            const int id = 1 + int(rng() % 2);
-            const int split = rng() % 4 == 0 ? c0 + 1 + int(rng() % 63) : c0 + 64;
-            for (int i = c0; i < std::min(seq, c0 + 64); ++i) out[size_t(b) * seq + i] = i < split ? id : 3 - id;
-          }
+          // Interleaved: no uniform run (TileMask::uniform_key_run), every block takes the element mask.
+          const std::vector<int32_t> row = interleaved_document_ids(seq, rng);
+          std::copy(row.begin(), row.end(), out.begin() + size_t(b) * seq);
         } else {
           for (int i = 0; i < seq; ++i) out[size_t(b) * seq + i] = int(rng() % 3);
         }
