@@ -20,10 +20,10 @@
 // other documents) is skipped by producer and consumers alike, so the Q barriers' phases stay in
 // step; its rows get o = 0 and lse = -inf (the sink with sinks).
 //
-// Templates: M, the mask policy (common/mask.cuh, TileMask<M>), and SoftCap, the score modifier
-// (fwd/score.cuh). A tile visits the key blocks [begin, end) of tile_key_blocks; the producer's
-// warp 0 computes them (warp-collective: the segment narrowing) and its thread 0 loads them, each
-// consumer warp computes the same range. Sinks (kVariant kernels only) are read in the epilogue.
+// Templates: M, the mask policy (common/mask.cuh, TileMask<M>), and Cap, the score modifier
+// (fwd/score.cuh: none, or the soft cap with the online or the bounded softmax). A tile visits the
+// key blocks [begin, end) of tile_key_blocks; the producer's warp 0 computes them (warp-collective:
+// the segment narrowing) and its thread 0 loads them, each consumer warp computes the same range. Sinks (kVariant kernels only) are read in the epilogue.
 #pragma once
 #include <cuda.h>
 
@@ -92,8 +92,8 @@ __device__ __forceinline__ TileMask<M> fwd_tile_mask(const FwdArgs& args, int ba
 // The consumer's epilogue: normalise, stage and store O, write the LSE. kVariant: the sink joins
 // the denominator of real rows (never of padding rows), and an empty row's O is written as 0 by
 // selection.
-template <class T, class Cfg, MaskKind M>
-__device__ __forceinline__ void fwd_epilogue(OnlineSoftmax<Cfg::block_n() / 2>& softmax, float (&o)[Cfg::head_dim() / 2],
+template <class T, class Cfg, MaskKind M, class Softmax>
+__device__ __forceinline__ void fwd_epilogue(Softmax& softmax, float (&o)[Cfg::head_dim() / 2],
                                              uint8_t* sO, const CUtensorMap* tm_o, const FwdArgs& args,
                                              const TileMask<M>& mask, int c, int row_in_wg, int row0, int lane,
                                              bool elected, int m0, int head, int batch, bool wait_previous_store) {
@@ -144,7 +144,7 @@ __device__ __forceinline__ void fwd_load_tile(KProd& k, VProd& v, const CUtensor
   v.load(tm_v, begin * N, kv_head, batch);
 }
 
-template <class T, class Cfg, MaskKind M, bool SoftCap>
+template <class T, class Cfg, MaskKind M, ScoreCap Cap>
 __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, uint8_t* sV, uint64_t* q_full,
                                              typename TmaConsumerPipeline<T, Cfg, true>::Staged::Barriers* k_bars,
                                              typename TmaConsumerPipeline<T, Cfg, false>::Staged::Barriers* v_bars,
@@ -164,7 +164,7 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
 
   TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
   TmaConsumerPipeline<T, Cfg, false> v(v_bars, sV);
-  OnlineSoftmax<N / 2> softmax;
+  OnlineSoftmax<N / 2, Cap == ScoreCap::kBounded> softmax;
   float o[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -183,7 +183,7 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
   const bool own_rows = Cfg::wg_skip() || M == MaskKind::kVariant;
   const int mask_r0 = own_rows ? m0 + c * 64 : m0;
   const int mask_r1 = min(own_rows ? m0 + c * 64 + 64 : m0 + Cfg::block_m(), args.seq_q);
-  const FwdScores<M, SoftCap> scores(mask, mask_r0, mask_r1, row0, args.softcap_scale, mine_begin * N,
+  const FwdScores<M, Cap> scores(mask, mask_r0, mask_r1, row0, args.softcap_scale, mine_begin * N,
                                        mine_end * N, lane);
 
   // Also on the skip-everything path: the epilogue writes O over this warpgroup's Q rows.
@@ -203,13 +203,13 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
   if (c == 0) named_barrier_sync(kBarSched, kSchedThreads);
 }
 
-template <class T, class Cfg, MaskKind M, bool SoftCap>
+template <class T, class Cfg, MaskKind M, ScoreCap Cap>
 __global__ void __launch_bounds__(Cfg::threads(), 1)
     fwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                const FwdArgs args) {
   static_assert(!Cfg::persistent(), "fwd_kernel runs one tile per CTA");
-  static_assert(!SoftCap || M == MaskKind::kVariant, "soft-cap problems run the variant mask");
+  static_assert(Cap == ScoreCap::kNone || M == MaskKind::kVariant, "soft-cap problems run the variant mask");
   extern __shared__ uint8_t smem_raw[];
   const FwdSharedMemory<T, Cfg> sm(smem_raw);
 
@@ -257,12 +257,12 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
-    fwd_consumer<T, Cfg, M, SoftCap>(wg - 1, sm.sQ, sm.sK, sm.sV, sm.q_full, sm.k_bars, sm.v_bars, &tm_o, args, mask,
+    fwd_consumer<T, Cfg, M, Cap>(wg - 1, sm.sQ, sm.sK, sm.sV, sm.q_full, sm.k_bars, sm.v_bars, &tm_o, args, mask,
                                      m0, head, batch, begin, end);
   }
 }
 
-template <class T, class Cfg, MaskKind M, bool SoftCap>
+template <class T, class Cfg, MaskKind M, ScoreCap Cap>
 __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint8_t* sO, uint64_t* q_full,
                                                         uint64_t* q_empty, uint8_t* sK, uint8_t* sV,
                                                         typename TmaConsumerPipeline<T, Cfg, true>::Staged::Barriers* k_bars,
@@ -297,7 +297,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     int begin, end;
     tile_key_blocks<N>(mask, m0, Cfg::block_m(), lane, &begin, &end);
 
-    OnlineSoftmax<N / 2> softmax;
+    OnlineSoftmax<N / 2, Cap == ScoreCap::kBounded> softmax;
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -314,7 +314,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     const bool own_rows = Cfg::wg_skip() || M == MaskKind::kVariant;
     const int mask_r0 = own_rows ? m0 + c * 64 : m0;
     const int mask_r1 = min(own_rows ? m0 + c * 64 + 64 : m0 + Cfg::block_m(), args.seq_q);
-    const FwdScores<M, SoftCap> scores(mask, mask_r0, mask_r1, row0, args.softcap_scale, mine_begin * N,
+    const FwdScores<M, Cap> scores(mask, mask_r0, mask_r1, row0, args.softcap_scale, mine_begin * N,
                                        mine_end * N, lane);
     if (end > begin) {
       mbarrier_wait(q_full, q_phase);
@@ -341,13 +341,13 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
   if (c == 0) named_barrier_sync(kBarSched, kSchedThreads);
 }
 
-template <class T, class Cfg, MaskKind M, bool SoftCap>
+template <class T, class Cfg, MaskKind M, ScoreCap Cap>
 __global__ void __launch_bounds__(Cfg::threads(), 1)
     fwd_kernel_persistent(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                           const FwdArgs args) {
   static_assert(Cfg::persistent(), "the persistent kernel needs the persistent layout (O buffer, Q-empty barrier)");
-  static_assert(!SoftCap || M == MaskKind::kVariant, "soft-cap problems run the variant mask");
+  static_assert(Cap == ScoreCap::kNone || M == MaskKind::kVariant, "soft-cap problems run the variant mask");
   extern __shared__ uint8_t smem_raw[];
   const FwdSharedMemory<T, Cfg> sm(smem_raw);
   const FwdScheduler<Cfg, M> sched(args);
@@ -392,7 +392,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     }
   } else {
     setmaxnreg_inc<Cfg::consumer_regs()>();
-    fwd_consumer_persistent<T, Cfg, M, SoftCap>(wg - 1, sm.sQ, sm.sO, sm.q_full, sm.q_empty, sm.sK, sm.sV, sm.k_bars,
+    fwd_consumer_persistent<T, Cfg, M, Cap>(wg - 1, sm.sQ, sm.sO, sm.q_full, sm.q_empty, sm.sK, sm.sV, sm.k_bars,
                                                 sm.v_bars, &tm_o, args, sched);
   }
 }

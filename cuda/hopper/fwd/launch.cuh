@@ -84,7 +84,7 @@ inline bool fwd_band_ascending(const ProblemShape& p, int block_m, int block_n) 
 }
 
 // Builds the tensor maps and launches one instantiation.
-template <class T, class Cfg, MaskKind M, bool SoftCap>
+template <class T, class Cfg, MaskKind M, ScoreCap Cap>
 std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream, const FwdScheduleParams& params) {
   constexpr bool kOrdered = M != MaskKind::kDense;
   const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -111,7 +111,7 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream, const Fw
   args.mask = make_mask_args(p);
   args.sinks = p.variant.sinks;
   args.m_ascending = M == MaskKind::kVariant && fwd_band_ascending(p, Cfg::block_m(), Cfg::block_n());
-  if constexpr (SoftCap) {
+  if constexpr (Cap != ScoreCap::kNone) {
     // Scores become c tanh(softmax_scale q.k / c): the kernel takes tanh(q.k * softmax_scale / c)
     // and runs the softmax and the LSE with c as the scale.
     const float c = p.variant.softcap;
@@ -127,9 +127,9 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream, const Fw
 
   auto kernel = [] {
     if constexpr (Cfg::persistent()) {
-      return fwd_kernel_persistent<T, Cfg, M, SoftCap>;
+      return fwd_kernel_persistent<T, Cfg, M, Cap>;
     } else {
-      return fwd_kernel<T, Cfg, M, SoftCap>;
+      return fwd_kernel<T, Cfg, M, Cap>;
     }
   }();
   if constexpr (Cfg::persistent()) {
@@ -165,18 +165,35 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream, const Fw
   return {};
 }
 
+// The soft cap's bounded softmax (ScoreCap::kBounded, fwd/softmax.cuh) fixes each row's max at the
+// cap: p = 2^((t - 1) c log2 e) for t = tanh(.) in [-1, 1] must stay a normal float, so the range
+// 2 c log2 e stays below 126 binades with a margin (at c = 41.5: 119.7), and P, packed to the
+// input dtype for the PV product, must keep the float's range: bf16 does, fp16 (smallest normal
+// 2^-14) does not, so fp16 keeps the online softmax.
+constexpr float kBoundedCapMax = 41.5f;
+inline bool fwd_bounded_cap(const FwdProblem& p) {
+  return p.dtype == Dtype::kBf16 && p.variant.softcap > 0.f && p.variant.softcap <= kBoundedCapMax;
+}
+
 // One dtype: the kernel of the problem's kind (fwd_kernel_kind) and score modifier.
 template <class T, template <MaskKind> class Config>
 std::string launch_fwd_kind(const FwdProblem& p, cudaStream_t stream, const FwdScheduleParams& params) {
+  constexpr ScoreCap kNone = ScoreCap::kNone;
   switch (fwd_kernel_kind(p)) {
     case MaskKind::kDense:
-      return launch_fwd_kernel<T, Config<MaskKind::kDense>, MaskKind::kDense, false>(p, stream, params);
+      return launch_fwd_kernel<T, Config<MaskKind::kDense>, MaskKind::kDense, kNone>(p, stream, params);
     case MaskKind::kCausal:
-      return launch_fwd_kernel<T, Config<MaskKind::kCausal>, MaskKind::kCausal, false>(p, stream, params);
+      return launch_fwd_kernel<T, Config<MaskKind::kCausal>, MaskKind::kCausal, kNone>(p, stream, params);
     default:
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        if (fwd_bounded_cap(p))
+          return launch_fwd_kernel<T, Config<MaskKind::kVariant>, MaskKind::kVariant, ScoreCap::kBounded>(p, stream,
+                                                                                                       params);
+      }
       if (p.variant.softcap > 0.f)
-        return launch_fwd_kernel<T, Config<MaskKind::kVariant>, MaskKind::kVariant, true>(p, stream, params);
-      return launch_fwd_kernel<T, Config<MaskKind::kVariant>, MaskKind::kVariant, false>(p, stream, params);
+        return launch_fwd_kernel<T, Config<MaskKind::kVariant>, MaskKind::kVariant, ScoreCap::kOnline>(p, stream,
+                                                                                                      params);
+      return launch_fwd_kernel<T, Config<MaskKind::kVariant>, MaskKind::kVariant, kNone>(p, stream, params);
   }
 }
 

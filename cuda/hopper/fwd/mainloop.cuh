@@ -278,7 +278,7 @@ __device__ __forceinline__ void fwd_pipelined_step(int kb, const uint8_t* q_tile
   fence_regs(p);  // the RS wgmma read p asynchronously: keep its registers until here
   v.release(elected);
   v.advance();
-  rescale_o<Cfg>(o, o_scale);
+  if constexpr (!Softmax::kBounded) rescale_o<Cfg>(o, o_scale);
 #pragma unroll
   for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
 }
@@ -288,10 +288,10 @@ __device__ __forceinline__ void fwd_pipelined_step(int kb, const uint8_t* q_tile
 // (warpgroup_blocks; the caller passes the others on). on_s_done(kb) runs once S of block kb
 // retired and K(kb) was released (the persistent kernel's Q-empty arrival after the tile's last S,
 // kb == mine_begin). O, the softmax state and P are the caller's; it runs the epilogue.
-template <class T, class Cfg, class Scores, class KPipe, class VPipe, class OnSDone>
+template <class T, class Cfg, class Scores, class KPipe, class VPipe, class Softmax, class OnSDone>
 __device__ __forceinline__ void consume_tile(const uint8_t* q_tile, KPipe& k, VPipe& v, float (&s)[Cfg::block_n() / 2],
                                              float (&o)[Cfg::head_dim() / 2], uint32_t (&p)[Cfg::block_n() / 4],
-                                             float (&o_scale)[2], OnlineSoftmax<Cfg::block_n() / 2>& softmax,
+                                             float (&o_scale)[2], Softmax& softmax,
                                              const Scores& scores, int m0, int c, int mine_begin, int mine_end,
                                              int row0, int lane, bool elected, uint32_t sched_mine,
                                              uint32_t sched_next, float scale_log2, OnSDone&& on_s_done) {

@@ -13,12 +13,18 @@
 
 namespace fa4::hopper {
 
-template <MaskKind M, bool SoftCap>
+// The score modifier a forward kernel is built for: none, or the soft cap c tanh(s / c) with the
+// online softmax (kOnline), or with the row max fixed at the cap (kBounded: OnlineSoftmax's
+// Bounded mode; bf16 with 2 c log2 e <= kBoundedCapExponent only, fwd/launch.cuh).
+enum class ScoreCap { kNone, kOnline, kBounded };
+
+template <MaskKind M, ScoreCap Cap>
 struct FwdScores {
   static constexpr MaskKind kMask = M;
+  static constexpr bool kBoundedSoftmax = Cap == ScoreCap::kBounded;
   TileMask<M> mask;
   int r0;              // dense / causal: the first row the partial-tile test covers
-  float cap_scale;     // SoftCap: softmax_scale / softcap (the raw score's factor inside tanh)
+  float cap_scale;     // soft cap: softmax_scale / softcap (the raw score's factor inside tanh)
   // kVariant, per tile, so that the main loop keeps few registers live (the policy's fields it no
   // longer reads are dead): a key block [c0, c1) needs no mask iff every row of [r0, r1) is real
   // and c0 >= full_lo, c1 <= full_hi (TileMask::needs_mask's band test, precomputed), and, with
@@ -162,7 +168,7 @@ struct FwdScores {
   // softmax's scale is c (FwdArgs::scale_log2, softmax_scale).
   template <int N, bool Tested = true, int NAcc>
   __device__ __forceinline__ void prepare(float (&s)[NAcc], int kb, int row0, int lane) const {
-    if constexpr (SoftCap) {
+    if constexpr (Cap != ScoreCap::kNone) {
 #pragma unroll
       for (int q = 0; q < NAcc; ++q) s[q] = tanh_approx(s[q] * cap_scale);
     }

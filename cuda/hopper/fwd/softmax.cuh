@@ -22,9 +22,14 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 // Running max and sum of one thread's two rows. Scores stay unscaled; the softmax scale (times
 // log2 e) is folded into the one FMA that feeds each exp2.
-template <int NAcc>
+// Bounded: every score is at most 1 (the soft cap's tanh), so the row max is fixed at 1 and never
+// rescales O: p = 2^((s - 1) * scale_log2) stays a normal float while the scores' range times
+// scale_log2, 2 c log2 e, is below 126 (the host's condition, ScoreCap::kBounded). No max, no
+// shuffles, no o_scale exponentials and no O rescale a block.
+template <int NAcc, bool Bounded = false>
 struct OnlineSoftmax {
-  float row_max[2] = {-INFINITY, -INFINITY};
+  static constexpr bool kBounded = Bounded;
+  float row_max[2] = {Bounded ? 1.f : -INFINITY, Bounded ? 1.f : -INFINITY};
   float row_sum[2] = {0.f, 0.f};  // this thread's partial sums; the quad is summed in finalize
 
   // Turns scores s into unnormalised probabilities p = 2^(s*scale_log2 - max*scale_log2) and
@@ -33,6 +38,24 @@ struct OnlineSoftmax {
   // the other columns count as masked (p = 0).
   template <int M = NAcc>
   __device__ __forceinline__ void update(float (&s)[M], float scale_log2, float (&o_scale)[2]) {
+    if constexpr (Bounded) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        o_scale[i] = 1.f;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < M / 4; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = exp2_approx(fmaf(s[4 * j + 2 * i + e], scale_log2, -scale_log2));
+            s[4 * j + 2 * i + e] = p;
+            sum += p;
+          }
+        }
+        row_sum[i] += sum;
+      }
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float mx = row_max[i];

@@ -865,6 +865,11 @@ int main(int argc, char** argv) {
         // Two interleaved documents (no uniform run), causal and not.
         {2, 1100, 1100, 2, 1, 0, true, true, 0.f, with(none, 0, 4, 0.f, false)},
         {1, 900, 900, 2, 2, 0, true, false, 0.f, with(none, 0, 4, 0.f, false)},
+        // The soft cap's bounded softmax (bf16, c <= 41.5) at its largest cap, scores from -120 (the
+        // first keys: tanh about -1, p about 2^-118) up to 0 (fp16: the online softmax); a bf16 cap
+        // above the bound (the online softmax in bf16).
+        {1, 500, 800, 2, 1, 0, true, false, -120.f, with(none, 0, 0, 41.5f, false)},
+        {1, 500, 800, 2, 1, 0, true, true, 0.f, with(none, 0, 0, 50.f, false)},
     };
     for (int d : dims)
       for (int bf16 = 1; bf16 >= (quick ? 1 : 0) && variants; --bf16)
