@@ -1,6 +1,7 @@
 """benchmarks/bench_variants.py runs a slow peer's cells (tokamax) after every other
-implementation's in each round, so a timeout there, which ends the run, costs no other cell; the
-others still run cell by cell, every implementation in turn."""
+implementation's cells of every round, and its slowest cells (windows) after its others, so a
+timeout there, which ends the run, costs no other cell; the others still run round by round, cell
+by cell, every implementation in turn."""
 
 from __future__ import annotations
 
@@ -13,33 +14,47 @@ bench_variants = load_script(
 )
 
 
-def test_slow_peer_runs_last_and_every_pair_once():
-    grid = bench_variants.cells(["dense_causal", "window1024", "packed8x2048"], 16384)
+def test_slow_peer_runs_last_and_every_pair_once_per_round():
+    grid = bench_variants.cells(["dense_causal", "window1024", "softcap30", "packed8x2048"], 16384)
     impls = ["jax_fa4", "tokamax", "fa3", "cudnn"]
-    order = bench_variants.run_order(grid, impls)
-    assert sorted((c.variant, c.batch, i) for c, i in order) == sorted(
-        (c.variant, c.batch, i) for c in grid for i in impls
+    order = bench_variants.run_order(grid, impls, rounds=2)
+    assert sorted((r, c.variant, c.batch, i) for r, c, i in order) == sorted(
+        (r, c.variant, c.batch, i) for r in range(2) for c in grid for i in impls
     )
-    first_tokamax = next(k for k, (_, i) in enumerate(order) if i == "tokamax")
-    assert all(i == "tokamax" for _, i in order[first_tokamax:])
-    assert [c.variant for c, i in order if i == "tokamax"] == [c.variant for c in grid]
-    # The others: cell by cell, the given implementation order inside each cell.
-    assert [(c.variant, i) for c, i in order[:6]] == [
-        ("dense_causal", "jax_fa4"),
-        ("dense_causal", "fa3"),
-        ("dense_causal", "cudnn"),
-        ("window1024", "jax_fa4"),
-        ("window1024", "fa3"),
-        ("window1024", "cudnn"),
+    first_tokamax = next(k for k, (_, _, i) in enumerate(order) if i == "tokamax")
+    assert all(i == "tokamax" for _, _, i in order[first_tokamax:])
+    # tokamax: every round's non-window cells, then every round's window cells.
+    assert [(r, c.variant) for r, c, i in order if i == "tokamax"] == [
+        (0, "dense_causal"),
+        (0, "softcap30"),
+        (0, "packed8x2048"),
+        (0, "dense_causal"),
+        (1, "dense_causal"),
+        (1, "softcap30"),
+        (1, "packed8x2048"),
+        (1, "dense_causal"),
+        (0, "window1024"),
+        (1, "window1024"),
     ]
+    # The others: round by round, cell by cell, the given implementation order inside each cell.
+    assert [(r, c.variant, i) for r, c, i in order[:6]] == [
+        (0, "dense_causal", "jax_fa4"),
+        (0, "dense_causal", "fa3"),
+        (0, "dense_causal", "cudnn"),
+        (0, "window1024", "jax_fa4"),
+        (0, "window1024", "fa3"),
+        (0, "window1024", "cudnn"),
+    ]
+    rounds = [r for r, _, _ in order[:first_tokamax]]
+    assert rounds == sorted(rounds)
 
 
 def test_without_a_slow_peer_the_order_is_cell_by_cell():
     grid = bench_variants.cells(["dense_causal", "sinks"], 2048)
     order = bench_variants.run_order(grid, ["jax_fa4", "fa4jax"])
-    assert [(c.variant, i) for c, i in order] == [
-        ("dense_causal", "jax_fa4"),
-        ("dense_causal", "fa4jax"),
-        ("sinks", "jax_fa4"),
-        ("sinks", "fa4jax"),
+    assert [(r, c.variant, i) for r, c, i in order] == [
+        (0, "dense_causal", "jax_fa4"),
+        (0, "dense_causal", "fa4jax"),
+        (0, "sinks", "jax_fa4"),
+        (0, "sinks", "fa4jax"),
     ]
