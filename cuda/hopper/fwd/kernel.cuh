@@ -91,8 +91,9 @@ __device__ __forceinline__ TileMask<M> fwd_tile_mask(const FwdArgs& args, int ba
 }
 
 // The consumer's epilogue: normalise, stage and store O, write the LSE. With sinks (any mask) the
-// sink joins the denominator of real rows (never of padding rows); kVariant: an empty row's O is
-// written as 0 by selection.
+// sink joins the denominator of real rows (never of padding rows). kCausal and kVariant: an empty
+// row's O is written as 0 by selection, so that a non-finite V of keys it does not see (0 x Inf in
+// the PV product) cannot reach it.
 template <class T, class Cfg, MaskKind M, class Softmax>
 __device__ __forceinline__ void fwd_epilogue(Softmax& softmax, float (&o)[Cfg::head_dim() / 2],
                                              uint8_t* sO, const CUtensorMap* tm_o, const FwdArgs& args,
@@ -115,7 +116,7 @@ __device__ __forceinline__ void fwd_epilogue(Softmax& softmax, float (&o)[Cfg::h
     if (elected) tma_store_wait_read_all();
     named_barrier_sync(kBarEpilogue + c, 128);
   }
-  store_o<T, Cfg, M == MaskKind::kVariant>(sO, tm_o, o, o_scale, c, row_in_wg, lane, elected, m0, head, batch,
+  store_o<T, Cfg, M != MaskKind::kDense>(sO, tm_o, o, o_scale, c, row_in_wg, lane, elected, m0, head, batch,
                                           args.seq_q);
   store_lse(args, lse, row0, lane, head, batch);
 }

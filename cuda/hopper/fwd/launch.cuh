@@ -65,10 +65,12 @@ inline int64_t cached_persistent_section(const FwdPersistentShape& s) {
 // 2^(kBoundedTopLog2 - 2C), which must stay a normal float: at the largest cap, 50, it is 2^-112.3.
 // P, packed to the input dtype for the PV product, must keep that range: bf16 does (float's
 // exponent), fp16 (smallest normal 2^-14, largest 2^16) does not, so fp16 keeps the online softmax.
+// Caps below kBoundedCapMin (where 32 / C loses float's range) keep the online softmax too.
 constexpr float kBoundedTopLog2 = 32.f;
 constexpr float kBoundedCapMax = 50.f;
+constexpr float kBoundedCapMin = 1.f / 1024.f;
 inline bool fwd_bounded_cap(const ProblemShape& p) {
-  return p.dtype == Dtype::kBf16 && p.variant.softcap > 0.f && p.variant.softcap <= kBoundedCapMax;
+  return p.dtype == Dtype::kBf16 && p.variant.softcap >= kBoundedCapMin && p.variant.softcap <= kBoundedCapMax;
 }
 inline float fwd_bounded_max(float softcap) { return 1.f - kBoundedTopLog2 / (softcap * 1.4426950408889634f); }
 
@@ -189,10 +191,13 @@ std::string launch_fwd_kind(const FwdProblem& p, cudaStream_t stream, const FwdS
     case MaskKind::kDense:
       return launch_fwd_kernel<T, Config<MaskKind::kDense>, MaskKind::kDense, kNone>(p, stream, params);
     case MaskKind::kCausal:
-      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        if (p.variant.softcap > 0.f)  // bounded (fwd_kernel_kind)
+      if (p.variant.softcap > 0.f) {  // bounded, bf16 only (fwd_kernel_kind)
+        if constexpr (std::is_same_v<T, __nv_bfloat16>) {
           return launch_fwd_kernel<T, Config<MaskKind::kCausal>, MaskKind::kCausal, ScoreCap::kBounded>(p, stream,
                                                                                                      params);
+        } else {
+          return "forward: a soft cap in this dtype runs the variant kernel (fwd_kernel_kind)";
+        }
       }
       return launch_fwd_kernel<T, Config<MaskKind::kCausal>, MaskKind::kCausal, kNone>(p, stream, params);
     default:
