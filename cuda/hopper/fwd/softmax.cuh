@@ -22,20 +22,15 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 // Running max and sum of one thread's two rows. Scores stay unscaled; the softmax scale (times
 // log2 e) is folded into the one FMA that feeds each exp2.
-// Bounded: every score lies in [-1, 1] (the soft cap's tanh), so the row max can be a constant m
-// (FwdArgs::bounded_max, chosen by the host) that never rescales O: p = 2^((s - m) * scale_log2)
-// stays a normal float between 2^((-1 - m) scale_log2) and 2^((1 - m) scale_log2) (the host's
-// condition, ScoreCap::kBounded). No max, no shuffles, no o_scale exponentials and no O rescale a
-// block; the LSE is m * softmax_scale + log(sum) as with a running max.
+// Bounded: every score is at most 1 (the soft cap's tanh), so the row max is fixed at 1 and never
+// rescales O: p = 2^((s - 1) * scale_log2) stays a normal float while the scores' range times
+// scale_log2, 2 c log2 e, is below 126 (the host's condition, ScoreCap::kBounded). No max, no
+// shuffles, no o_scale exponentials and no O rescale a block.
 template <int NAcc, bool Bounded = false>
 struct OnlineSoftmax {
   static constexpr bool kBounded = Bounded;
-  float row_max[2];
+  float row_max[2] = {Bounded ? 1.f : -INFINITY, Bounded ? 1.f : -INFINITY};
   float row_sum[2] = {0.f, 0.f};  // this thread's partial sums; the quad is summed in finalize
-
-  // bounded_max: Bounded's fixed row max (unused otherwise).
-  __device__ __forceinline__ explicit OnlineSoftmax(float bounded_max = 0.f)
-      : row_max{Bounded ? bounded_max : -INFINITY, Bounded ? bounded_max : -INFINITY} {}
 
   // Turns scores s into unnormalised probabilities p = 2^(s*scale_log2 - max*scale_log2) and
   // returns in o_scale the factor by which the O rows accumulated so far must be multiplied.
@@ -47,42 +42,41 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         o_scale[i] = 1.f;
-        const float bias = row_max[i] * scale_log2;
         float sum = 0.f;
 #pragma unroll
         for (int j = 0; j < M / 4; ++j) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float p = exp2_approx(fmaf(s[4 * j + 2 * i + e], scale_log2, -bias));
+            const float p = exp2_approx(fmaf(s[4 * j + 2 * i + e], scale_log2, -scale_log2));
             s[4 * j + 2 * i + e] = p;
             sum += p;
           }
         }
         row_sum[i] += sum;
       }
-    } else {
+      return;
+    }
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float mx = row_max[i];
+    for (int i = 0; i < 2; ++i) {
+      float mx = row_max[i];
 #pragma unroll
-        for (int j = 0; j < M / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
-        mx = quad_max(mx);
-        // A row that has seen only masked keys keeps max -inf; use 0 so -inf - max stays -inf, not NaN.
-        const float max_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
-        o_scale[i] = exp2_approx(row_max[i] * scale_log2 - max_scaled);
-        row_max[i] = mx;
-        float sum = 0.f;
+      for (int j = 0; j < M / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
+      mx = quad_max(mx);
+      // A row that has seen only masked keys keeps max -inf; use 0 so -inf - max stays -inf, not NaN.
+      const float max_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
+      o_scale[i] = exp2_approx(row_max[i] * scale_log2 - max_scaled);
+      row_max[i] = mx;
+      float sum = 0.f;
 #pragma unroll
-        for (int j = 0; j < M / 4; ++j) {
+      for (int j = 0; j < M / 4; ++j) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = exp2_approx(fmaf(s[4 * j + 2 * i + e], scale_log2, -max_scaled));
-            s[4 * j + 2 * i + e] = p;
-            sum += p;
-          }
+        for (int e = 0; e < 2; ++e) {
+          const float p = exp2_approx(fmaf(s[4 * j + 2 * i + e], scale_log2, -max_scaled));
+          s[4 * j + 2 * i + e] = p;
+          sum += p;
         }
-        row_sum[i] = row_sum[i] * o_scale[i] + sum;
       }
+      row_sum[i] = row_sum[i] * o_scale[i] + sum;
     }
   }
 
