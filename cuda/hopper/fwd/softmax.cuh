@@ -38,34 +38,24 @@ struct OnlineSoftmax {
   // the other columns count as masked (p = 0).
   template <int M = NAcc>
   __device__ __forceinline__ void update(float (&s)[M], float scale_log2, float (&o_scale)[2]) {
-    if constexpr (Bounded) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        o_scale[i] = 1.f;
-        float sum = 0.f;
-#pragma unroll
-        for (int j = 0; j < M / 4; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = exp2_approx(fmaf(s[4 * j + 2 * i + e], scale_log2, -scale_log2));
-            s[4 * j + 2 * i + e] = p;
-            sum += p;
-          }
-        }
-        row_sum[i] += sum;
-      }
-      return;
-    }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      float mx = row_max[i];
+      // The exponent's offset: the fixed max (Bounded) or the running one, whose change rescales
+      // the row's sum and O.
+      float max_scaled;
+      if constexpr (Bounded) {
+        max_scaled = scale_log2;
+        o_scale[i] = 1.f;
+      } else {
+        float mx = row_max[i];
 #pragma unroll
-      for (int j = 0; j < M / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
-      mx = quad_max(mx);
-      // A row that has seen only masked keys keeps max -inf; use 0 so -inf - max stays -inf, not NaN.
-      const float max_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
-      o_scale[i] = exp2_approx(row_max[i] * scale_log2 - max_scaled);
-      row_max[i] = mx;
+        for (int j = 0; j < M / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * i], s[4 * j + 2 * i + 1]));
+        mx = quad_max(mx);
+        // A row that has seen only masked keys keeps max -inf; use 0 so -inf - max stays -inf, not NaN.
+        max_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
+        o_scale[i] = exp2_approx(row_max[i] * scale_log2 - max_scaled);
+        row_max[i] = mx;
+      }
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < M / 4; ++j) {
@@ -76,7 +66,7 @@ struct OnlineSoftmax {
           sum += p;
         }
       }
-      row_sum[i] = row_sum[i] * o_scale[i] + sum;
+      row_sum[i] = Bounded ? row_sum[i] + sum : row_sum[i] * o_scale[i] + sum;
     }
   }
 
