@@ -21,9 +21,10 @@
 // step; its rows get o = 0 and lse = -inf (the sink with sinks).
 //
 // Templates: M, the mask policy (common/mask.cuh, TileMask<M>), and Cap, the score modifier
-// (fwd/score.cuh: none, or the soft cap with the online or the bounded softmax). A tile visits the
-// key blocks [begin, end) of tile_key_blocks; the producer's warp 0 computes them (warp-collective:
-// the segment narrowing) and its thread 0 loads them, each consumer warp computes the same range. Sinks (kVariant kernels only) are read in the epilogue.
+// (fwd/score.cuh: none, or the soft cap with the online or the bounded softmax; the causal mask
+// takes the bounded one only). A tile visits the key blocks [begin, end) of tile_key_blocks; the
+// producer's warp 0 computes them (warp-collective: the segment narrowing) and its thread 0 loads
+// them, each consumer warp computes the same range. Sinks (any mask) are read in the epilogue.
 #pragma once
 #include <cuda.h>
 
@@ -89,16 +90,17 @@ __device__ __forceinline__ TileMask<M> fwd_tile_mask(const FwdArgs& args, int ba
   }
 }
 
-// The consumer's epilogue: normalise, stage and store O, write the LSE. kVariant: the sink joins
-// the denominator of real rows (never of padding rows), and an empty row's O is written as 0 by
-// selection.
+// The consumer's epilogue: normalise, stage and store O, write the LSE. With sinks (any mask) the
+// sink joins the denominator of real rows (never of padding rows). kCausal and kVariant: an empty
+// row's O is written as 0 by selection, so that a non-finite V of keys it does not see (0 x Inf in
+// the PV product) cannot reach it.
 template <class T, class Cfg, MaskKind M, class Softmax>
 __device__ __forceinline__ void fwd_epilogue(Softmax& softmax, float (&o)[Cfg::head_dim() / 2],
                                              uint8_t* sO, const CUtensorMap* tm_o, const FwdArgs& args,
                                              const TileMask<M>& mask, int c, int row_in_wg, int row0, int lane,
                                              bool elected, int m0, int head, int batch, bool wait_previous_store) {
   float lse[2], o_scale[2];
-  if constexpr (M == MaskKind::kVariant) {
+  if (M == MaskKind::kVariant || args.sinks != nullptr) {
     float sink[2] = {-INFINITY, -INFINITY};
     if (args.sinks != nullptr) {
       const float v = __ldg(args.sinks + int64_t(batch) * args.heads_q + head);
@@ -114,7 +116,7 @@ __device__ __forceinline__ void fwd_epilogue(Softmax& softmax, float (&o)[Cfg::h
     if (elected) tma_store_wait_read_all();
     named_barrier_sync(kBarEpilogue + c, 128);
   }
-  store_o<T, Cfg, M == MaskKind::kVariant>(sO, tm_o, o, o_scale, c, row_in_wg, lane, elected, m0, head, batch,
+  store_o<T, Cfg, M != MaskKind::kDense>(sO, tm_o, o, o_scale, c, row_in_wg, lane, elected, m0, head, batch,
                                           args.seq_q);
   store_lse(args, lse, row0, lane, head, batch);
 }
@@ -164,7 +166,7 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
 
   TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
   TmaConsumerPipeline<T, Cfg, false> v(v_bars, sV);
-  OnlineSoftmax<N / 2, Cap == ScoreCap::kBounded> softmax;
+  OnlineSoftmax<N / 2, Cap == ScoreCap::kBounded> softmax(args.bounded_max);
   float o[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -209,7 +211,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
                const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                const FwdArgs args) {
   static_assert(!Cfg::persistent(), "fwd_kernel runs one tile per CTA");
-  static_assert(Cap == ScoreCap::kNone || M == MaskKind::kVariant, "soft-cap problems run the variant mask");
+  static_assert(Cap == ScoreCap::kNone || M == MaskKind::kVariant || (M == MaskKind::kCausal && Cap == ScoreCap::kBounded),
+                "soft-cap problems run the variant mask, or the causal one with the bounded softmax");
   extern __shared__ uint8_t smem_raw[];
   const FwdSharedMemory<T, Cfg> sm(smem_raw);
 
@@ -297,7 +300,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     int begin, end;
     tile_key_blocks<N>(mask, m0, Cfg::block_m(), lane, &begin, &end);
 
-    OnlineSoftmax<N / 2, Cap == ScoreCap::kBounded> softmax;
+    OnlineSoftmax<N / 2, Cap == ScoreCap::kBounded> softmax(args.bounded_max);
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -347,7 +350,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                           const FwdArgs args) {
   static_assert(Cfg::persistent(), "the persistent kernel needs the persistent layout (O buffer, Q-empty barrier)");
-  static_assert(Cap == ScoreCap::kNone || M == MaskKind::kVariant, "soft-cap problems run the variant mask");
+  static_assert(Cap == ScoreCap::kNone || M == MaskKind::kVariant || (M == MaskKind::kCausal && Cap == ScoreCap::kBounded),
+                "soft-cap problems run the variant mask, or the causal one with the bounded softmax");
   extern __shared__ uint8_t smem_raw[];
   const FwdSharedMemory<T, Cfg> sm(smem_raw);
   const FwdScheduler<Cfg, M> sched(args);

@@ -59,12 +59,29 @@ inline int64_t cached_persistent_section(const FwdPersistentShape& s) {
   return section;
 }
 
-// The kernel a problem runs: the soft cap and sinks always take the kVariant kernel (its mask
-// degenerates to the dense or causal one when the problem has no band, lengths or ids), so the
-// dense and causal kernels carry no variant code.
+// The soft cap's bounded softmax (ScoreCap::kBounded, fwd/softmax.cuh) fixes each row's max at m:
+// p = 2^((t - m) C), C = c log2 e, for t = tanh(.) in [-1, 1]. m puts the largest p at
+// 2^kBoundedTopLog2 (sums of 2^31 keys and |v| up to 2^64 stay finite in float), so the smallest is
+// 2^(kBoundedTopLog2 - 2C), which must stay a normal float: at the largest cap, 50, it is 2^-112.3.
+// P, packed to the input dtype for the PV product, must keep that range: bf16 does (float's
+// exponent), fp16 (smallest normal 2^-14, largest 2^16) does not, so fp16 keeps the online softmax.
+// Caps below kBoundedCapMin (where 32 / C loses float's range) keep the online softmax too.
+constexpr float kBoundedTopLog2 = 32.f;
+constexpr float kBoundedCapMax = 50.f;
+constexpr float kBoundedCapMin = 1.f / 1024.f;
+inline bool fwd_bounded_cap(const ProblemShape& p) {
+  return p.dtype == Dtype::kBf16 && p.variant.softcap >= kBoundedCapMin && p.variant.softcap <= kBoundedCapMax;
+}
+inline float fwd_bounded_max(float softcap) { return 1.f - kBoundedTopLog2 / (softcap * 1.4426950408889634f); }
+
+// The kernel a problem runs: its mask's (problem.h, mask_kind), except that a soft cap takes the
+// kVariant kernel (its mask degenerates to the dense or causal one when the problem has no band,
+// lengths or ids) unless the mask is causal and the cap bounded: then the causal kernel, built with
+// the bounded softmax. Sinks are read in every kernel's epilogue.
 inline MaskKind fwd_kernel_kind(const ProblemShape& p) {
-  if (p.variant.softcap > 0.f || p.variant.sinks != nullptr) return MaskKind::kVariant;
-  return mask_kind(p);
+  const MaskKind kind = mask_kind(p);
+  if (p.variant.softcap > 0.f && !(kind == MaskKind::kCausal && fwd_bounded_cap(p))) return MaskKind::kVariant;
+  return kind;
 }
 
 // Whether the band's visible key blocks fall with the m block (rows see fewer keys further down:
@@ -118,6 +135,7 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream, const Fw
     args.softcap_scale = p.softmax_scale / c;
     args.softmax_scale = c;
     args.scale_log2 = c * 1.4426950408889634f;
+    args.bounded_max = fwd_bounded_max(c);
   }
   dim3 grid(unsigned(m_blocks), unsigned(p.heads_q), unsigned(p.batch));
   if (Cfg::longest_first() && kOrdered && m_blocks * p.heads_q * p.batch <= INT_MAX) {
@@ -165,16 +183,6 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream, const Fw
   return {};
 }
 
-// The soft cap's bounded softmax (ScoreCap::kBounded, fwd/softmax.cuh) fixes each row's max at the
-// cap: p = 2^((t - 1) c log2 e) for t = tanh(.) in [-1, 1] must stay a normal float, so the range
-// 2 c log2 e stays below 126 binades with a margin (at c = 41.5: 119.7), and P, packed to the
-// input dtype for the PV product, must keep the float's range: bf16 does, fp16 (smallest normal
-// 2^-14) does not, so fp16 keeps the online softmax.
-constexpr float kBoundedCapMax = 41.5f;
-inline bool fwd_bounded_cap(const FwdProblem& p) {
-  return p.dtype == Dtype::kBf16 && p.variant.softcap > 0.f && p.variant.softcap <= kBoundedCapMax;
-}
-
 // One dtype: the kernel of the problem's kind (fwd_kernel_kind) and score modifier.
 template <class T, template <MaskKind> class Config>
 std::string launch_fwd_kind(const FwdProblem& p, cudaStream_t stream, const FwdScheduleParams& params) {
@@ -183,6 +191,14 @@ std::string launch_fwd_kind(const FwdProblem& p, cudaStream_t stream, const FwdS
     case MaskKind::kDense:
       return launch_fwd_kernel<T, Config<MaskKind::kDense>, MaskKind::kDense, kNone>(p, stream, params);
     case MaskKind::kCausal:
+      if (p.variant.softcap > 0.f) {  // bounded, bf16 only (fwd_kernel_kind)
+        if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+          return launch_fwd_kernel<T, Config<MaskKind::kCausal>, MaskKind::kCausal, ScoreCap::kBounded>(p, stream,
+                                                                                                     params);
+        } else {
+          return "forward: a soft cap in this dtype runs the variant kernel (fwd_kernel_kind)";
+        }
+      }
       return launch_fwd_kernel<T, Config<MaskKind::kCausal>, MaskKind::kCausal, kNone>(p, stream, params);
     default:
       if constexpr (std::is_same_v<T, __nv_bfloat16>) {

@@ -30,10 +30,12 @@ struct FwdArgs {
   int lpt_section;
   int m_blocks;
   int batch;
-  // Attention variants (the kVariant kernels; the dense and causal ones read none of it).
+  // Attention variants: the kVariant kernels read the mask arguments; the soft cap's fields are
+  // read by the kernels built with a cap, the sinks by every kernel's epilogue.
   MaskArgs mask;        // the band (causal folded in), lengths and segment ids
   float softcap_scale;  // soft cap c: softmax_scale / c (the raw score's factor inside tanh); the
                         // softcap kernels then run with scale_log2 = c log2(e), softmax_scale = c
+  float bounded_max;    // ScoreCap::kBounded: the fixed row max, in units of tanh (fwd/launch.cuh)
   const float* sinks;   // [batch, heads_q] logits, or null
   int m_ascending;      // the band's visible key blocks fall with the m block: shortest last
 };

@@ -14,8 +14,8 @@
 namespace fa4::hopper {
 
 // The score modifier a forward kernel is built for: none, or the soft cap c tanh(s / c) with the
-// online softmax (kOnline), or with the row max fixed at the cap (kBounded: OnlineSoftmax's
-// Bounded mode; bf16 with 2 c log2 e <= kBoundedCapExponent only, fwd/launch.cuh).
+// online softmax (kOnline), or with a fixed row max (kBounded: OnlineSoftmax's Bounded mode; bf16
+// with kBoundedCapMin <= c <= kBoundedCapMax only, fwd_bounded_cap in fwd/launch.cuh).
 enum class ScoreCap { kNone, kOnline, kBounded };
 
 template <MaskKind M, ScoreCap Cap>

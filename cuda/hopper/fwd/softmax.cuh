@@ -22,15 +22,20 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 // Running max and sum of one thread's two rows. Scores stay unscaled; the softmax scale (times
 // log2 e) is folded into the one FMA that feeds each exp2.
-// Bounded: every score is at most 1 (the soft cap's tanh), so the row max is fixed at 1 and never
-// rescales O: p = 2^((s - 1) * scale_log2) stays a normal float while the scores' range times
-// scale_log2, 2 c log2 e, is below 126 (the host's condition, ScoreCap::kBounded). No max, no
-// shuffles, no o_scale exponentials and no O rescale a block.
+// Bounded: every score lies in [-1, 1] (the soft cap's tanh), so the row max can be a constant m
+// (FwdArgs::bounded_max, chosen by the host) that never rescales O: p = 2^((s - m) * scale_log2)
+// stays a normal float between 2^((-1 - m) scale_log2) and 2^((1 - m) scale_log2) (the host's
+// condition, ScoreCap::kBounded). No max, no shuffles, no o_scale exponentials and no O rescale a
+// block; the LSE is m * softmax_scale + log(sum) as with a running max.
 template <int NAcc, bool Bounded = false>
 struct OnlineSoftmax {
   static constexpr bool kBounded = Bounded;
-  float row_max[2] = {Bounded ? 1.f : -INFINITY, Bounded ? 1.f : -INFINITY};
+  float row_max[2];
   float row_sum[2] = {0.f, 0.f};  // this thread's partial sums; the quad is summed in finalize
+
+  // bounded_max: Bounded's fixed row max (unused otherwise).
+  __device__ __forceinline__ explicit OnlineSoftmax(float bounded_max = 0.f)
+      : row_max{Bounded ? bounded_max : -INFINITY, Bounded ? bounded_max : -INFINITY} {}
 
   // Turns scores s into unnormalised probabilities p = 2^(s*scale_log2 - max*scale_log2) and
   // returns in o_scale the factor by which the O rows accumulated so far must be multiplied.
@@ -44,7 +49,7 @@ struct OnlineSoftmax {
       // the row's sum and O.
       float max_scaled;
       if constexpr (Bounded) {
-        max_scaled = scale_log2;
+        max_scaled = row_max[i] * scale_log2;
         o_scale[i] = 1.f;
       } else {
         float mx = row_max[i];

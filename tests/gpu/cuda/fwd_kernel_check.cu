@@ -7,7 +7,7 @@
 //   --hd D            one head dim          --seqs 2048,4096   the timed lengths
 //   --max-ctas N      a persistent configuration runs at most N CTAs (many tiles per CTA)
 //   --section N       (head, batch) pairs per longest-first section instead of the model's choice
-//   --quick           three small bf16 shapes and two variant ones only (for compute-sanitizer)
+//   --quick           three small bf16 shapes and three variant ones only (for compute-sanitizer)
 //   --no-variants     skip the attention-variant cases   --variants-only   run only those
 //   --bench-shapes    only the benchmark's variant cells: bf16, batch 1, 16 heads, hd128, seq 16384,
 //                     causal with windows (4096, 0) and (1024, 0), soft cap 30, sinks, and 8
@@ -18,6 +18,7 @@
 //   --decode-cells "b,sq,sk,hq,hkv,d;..."   the shapes --decode-bench times instead of its own
 //   --bench-window L,R, --bench-softcap C   the band and soft cap the --bench rows run
 //   --bench-docs N    the --bench rows packed with N equal documents per row (sorted segment ids)
+//   --bench-sinks     the --bench rows with one sink logit per head
 //   --timeout-s N     a launch still running after N seconds (default 120) prints HANG with the
 //                     case and exits with code 4 (stdout is line-buffered, so the last line names it)
 // The variant cases (window bands, negative bands, query / key lengths, segment ids sorted and
@@ -445,6 +446,8 @@ static int g_bench_left = kUnb, g_bench_right = kUnb;
 static float g_bench_softcap = 0.f;
 // --bench-docs N: the --bench rows packed with N equal documents per row (sorted segment ids).
 static int g_bench_docs = 0;
+// --bench-sinks: the --bench rows with a sink logit per head.
+static bool g_bench_sinks = false;
 
 static void bench(const std::vector<int>& seqs, const std::vector<const Runner*>& runners, const std::vector<int>& dims) {
   std::printf("\nkernel-only timing, FA3 grid (bf16, 16k tokens, hidden 2048), median of 20; window (%d, %d), "
@@ -483,6 +486,13 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Runner*>
         p.variant.window_right = g_bench_right;
         p.variant.softcap = g_bench_softcap;
         const std::vector<void*> id_mem = set_packed_documents(&p.variant, b, s, g_bench_docs);
+        float* sinks = nullptr;
+        if (g_bench_sinks) {
+          const std::vector<float> host_sinks(size_t(b) * h, 0.5f);
+          CHECK_CUDA(cudaMalloc(&sinks, host_sinks.size() * 4));
+          CHECK_CUDA(cudaMemcpy(sinks, host_sinks.data(), host_sinks.size() * 4, cudaMemcpyHostToDevice));
+          p.variant.sinks = sinks;
+        }
         FwdScheduleParams sp;
         sp.section = g_params.section;  // one CTA per SM when timing
         cudaEvent_t e0, e1;
@@ -530,6 +540,7 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Runner*>
         }
         cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse);
         for (void* ptr : id_mem) cudaFree(ptr);
+        if (sinks != nullptr) cudaFree(sinks);
         cudaEventDestroy(e0);
         cudaEventDestroy(e1);
       }
@@ -734,6 +745,7 @@ int main(int argc, char** argv) {
     }
     if (!std::strcmp(argv[i], "--bench-softcap") && i + 1 < argc) g_bench_softcap = float(std::atof(argv[++i]));
     if (!std::strcmp(argv[i], "--bench-docs") && i + 1 < argc) g_bench_docs = std::max(0, std::atoi(argv[++i]));
+    if (!std::strcmp(argv[i], "--bench-sinks")) g_bench_sinks = true;
     if (!std::strcmp(argv[i], "--timeout-s") && i + 1 < argc) g_timeout_s = std::atof(argv[++i]);
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_d.push_back(std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--seqs") && i + 1 < argc) seqs = parse_list(argv[++i]);
@@ -865,19 +877,24 @@ int main(int argc, char** argv) {
         // Two interleaved documents (no uniform run), causal and not.
         {2, 1100, 1100, 2, 1, 0, true, true, 0.f, with(none, 0, 4, 0.f, false)},
         {1, 900, 900, 2, 2, 0, true, false, 0.f, with(none, 0, 4, 0.f, false)},
-        // The soft cap's bounded softmax (bf16, c <= 41.5) at its largest cap, scores from -120 (the
-        // first keys: tanh about -1, p about 2^-118) up to 0 (fp16: the online softmax); a bf16 cap
-        // above the bound (the online softmax in bf16).
+        // The soft cap's bounded softmax (bf16, c <= 50; fp16 runs the online one): non-causal (the
+        // variant kernel) with scores from -120 up to 0; causal (the causal kernel) at the largest
+        // cap, where the first rows see only scores near -150 (tanh about -1: every p of the row
+        // at the smallest, 2^-112); causal with sinks and GQA; a bf16 cap above the bound (the
+        // online softmax in the variant kernel).
         {1, 500, 800, 2, 1, 0, true, false, -120.f, with(none, 0, 0, 41.5f, false)},
-        {1, 500, 800, 2, 1, 0, true, true, 0.f, with(none, 0, 0, 50.f, false)},
+        {1, 500, 800, 2, 1, 0, true, true, 0.f, with(none, 0, 0, 60.f, false)},
+        {2, 600, 600, 2, 1, 0, true, true, -150.f, with(none, 0, 0, 50.f, false)},
+        {2, 700, 700, 4, 2, 0, true, true, 0.f, with(none, 0, 0, 30.f, true)},
     };
     for (int d : dims)
       for (int bf16 = 1; bf16 >= (quick ? 1 : 0) && variants; --bf16)
         for (size_t k = 0; k < sizeof(variant_cases) / sizeof(variant_cases[0]); ++k) {
           Case c = variant_cases[k];
-          // --quick: a window with lengths and sorted ids (the combination case) and sinks with
-          // empty rows; fp16 only for half of the cases (the kernels are dtype-generic).
-          if (quick && !(k == 19 || k == 18)) continue;
+          // --quick: a window with lengths and sorted ids (the combination case), sinks with
+          // empty rows, and the causal kernel's bounded soft cap with sinks; fp16 only for half of
+          // the cases (the kernels are dtype-generic).
+          if (quick && !(k == 19 || k == 18 || k == 27)) continue;
           if (!bf16 && k % 2) continue;
           c.d = d;
           c.bf16 = bf16;
