@@ -39,10 +39,9 @@ struct BwdTile {
   // (bwd_kernel_persistent): the next tile's K/V loads overlap this tile's dK/dV stores, the
   // Q/dO ring and the dQ handshakes run on across tiles.
   static constexpr bool persistent() { return Persistent; }
-  // Whether this configuration's kCausal kernels carry the band threshold (bwd_causal_bands_at),
-  // the persistent one's too (it runs causal bands whose every key block has steps,
-  // bwd_persistent_runs in heuristics.h).
-  static constexpr bool causal_bands() { return bwd_causal_bands_at(HeadDim); }
+  // Whether this configuration's kCausal kernels carry the band threshold (bwd_causal_bands_at);
+  // the persistent kernel runs plain attention only.
+  static constexpr bool causal_bands() { return bwd_causal_bands_at(HeadDim) && !Persistent; }
   static constexpr int head_dim() { return HeadDim; }
   static constexpr int block_m() { return BlockM; }  // query rows per main-loop step
   static constexpr int block_n() { return BlockN; }  // key rows per CTA

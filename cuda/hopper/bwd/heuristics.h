@@ -27,10 +27,6 @@ inline const char* bwd_config_name(BwdConfigId id) {
 // its K/V loads of the next tile overlap the dK/dV stores of this one, which pays when tiles are
 // short.
 constexpr int64_t kBwdShortSeqK = 4096;
-// ... and for causal bands over any number of keys whose tiles are short: a left edge of at most
-// this many keys (a key block's steps then cover at most window_left + block_n query rows, as a
-// 2k-causal tile's on average).
-constexpr int64_t kBwdPersistentBandKeys = 2048;
 // Causal grid kernels run in the sectioned longest-first order at hd256 and at hd128 up to this
 // seq_k (beyond it the sections lose more L2 reuse than the order gains); not at hd64.
 constexpr int64_t kBwdLptMaxSeqK = 4096;
@@ -94,17 +90,9 @@ inline MaskKind bwd_mask_kind(const ProblemShape& p) {
 // lengths, segment ids or a soft cap).
 inline bool bwd_is_variant(const ProblemShape& p) { return bwd_mask_kind(p) == MaskKind::kVariant; }
 
-// Plain dense or causal attention.
+// Plain dense or causal attention: what the persistent configuration is built for.
 inline bool bwd_is_plain(const ProblemShape& p) {
   return mask_kind(p) != MaskKind::kVariant && p.variant.softcap == 0.f;
-}
-
-// What the persistent configuration runs: plain dense and causal attention, and causal bands
-// (bwd_causal_band, on its kCausal kernels with the band threshold) in which every key block has
-// steps: the key offset seq_k - seq_q at most the left edge, so that key 0 is seen by row
-// window_left - (seq_k - seq_q) >= 0 (its dQ writer's hand-over counts on every tile having steps).
-inline bool bwd_persistent_runs(const ProblemShape& p) {
-  return bwd_is_plain(p) || (bwd_causal_band(p) && p.seq_k - p.seq_q <= p.variant.window_left);
 }
 
 // kCausal kernels: the last query row that sees key j is j + band_reach (rows past seq_q do not
@@ -118,14 +106,12 @@ inline int bwd_band_reach(const ProblemShape& p) {
 
 inline BwdConfigId bwd_config_for(const BwdProblem& p) {
   if (p.head_dim == 64) return BwdConfigId::kHd64;
-  // Short tiles run persistent: plain attention over few keys, causal bands with a short left
-  // edge (bwd_persistent_runs); variant problems run the grid kernel.
-  if (p.head_dim == 128) {
-    const bool short_plain = bwd_is_plain(p) && p.seq_k <= kBwdShortSeqK;
-    const bool short_band = !bwd_is_plain(p) && bwd_persistent_runs(p) &&
-                            p.variant.window_left <= kBwdPersistentBandKeys;
-    return !p.deterministic && (short_plain || short_band) ? BwdConfigId::kHd128Persistent : BwdConfigId::kHd128;
-  }
+  // Variant problems and causal bands run the grid kernel: the persistent one is built for plain
+  // dense and causal attention (a band leaves key blocks without steps, which its writer's
+  // hand-over does not model).
+  if (p.head_dim == 128)
+    return p.seq_k <= kBwdShortSeqK && !p.deterministic && bwd_is_plain(p) ? BwdConfigId::kHd128Persistent
+                                                                            : BwdConfigId::kHd128;
   return BwdConfigId::kHd256;
 }
 
@@ -168,8 +154,8 @@ struct BwdPlan {
 // persistent kernel hands out causal tiles longest first always (its dynamic tile counter is
 // greedy list scheduling, which wants the longest first).
 //
-// Variant problems and causal bands (not bwd_is_plain): the grid configuration of the head dim,
-// or the persistent one for short causal bands (bwd_config_for); their key blocks go longest first by the band's work (bwd_variant_band_work), not the dense
+// Variant problems and causal bands (not bwd_is_plain): the grid configuration of the head dim;
+// their key blocks go longest first by the band's work (bwd_variant_band_work), not the dense
 // count: last-first when the band makes the last key blocks the longest (a window bounded on the
 // left only; the kVariant kernels only), and in longest-first sections (where the head dim wants
 // them, as causal) when the work is uneven. A window bounded on both sides gives every interior

@@ -140,16 +140,14 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
 
 // The instantiation set per dtype: (kDense | kCausal | kVariant) without the soft cap and kVariant
 // with it (a soft-capped problem always runs the kVariant mask; causal is folded into its band).
-// The persistent configuration runs plain dense and causal attention and causal bands
-// (bwd_persistent_runs).
+// The persistent configuration is built for plain dense and causal attention only.
 template <class T, class Cfg>
 std::string launch_bwd_kind(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
                             const BwdSchedule& schedule) {
-  if (Cfg::persistent() && !bwd_persistent_runs(p)) {
+  if (Cfg::persistent() && !bwd_is_plain(p)) {
     return std::string("backward: the ") + Cfg::name() +
-           " configuration runs plain dense and causal problems and causal bands whose every key block is seen "
-           "(seq_k - seq_q <= the window's left edge); other windows, lengths, segment ids or a soft cap run the "
-           "grid configurations";
+           " configuration runs plain dense and causal problems only (a window, lengths, segment ids or a soft "
+           "cap run the grid configurations)";
   }
   // A configuration without the band threshold (Cfg::causal_bands) runs a causal band as kVariant
   // (only a named configuration of another head dim's choice can meet one here).

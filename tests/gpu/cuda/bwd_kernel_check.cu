@@ -28,8 +28,7 @@
 // the dense / causal shape list instead, and --window / --softcap to the --bench rows; --bench-docs
 // N packs the --bench rows with N equal documents (sorted segment ids); --bench-heads H and
 // --bench-heads-kv HKV set their query and kv heads (GQA rows; HKV must divide H). The
-// persistent configuration runs dense, causal and causal bands only (bwd_persistent_runs), so
-// other variant cases skip it.
+// persistent configuration runs dense and causal only, so variant cases skip it.
 // --probe (with --bench, in a build where every source has -DFA4_BWD_PHASE_PROBE=1): after each
 // timed row of the hd64 / hd128 grid kernel, one launch records when each CTA reaches each phase
 // (bwd/probe.cuh) and a line summarises it: setup, K/V arrival, first step, a steady step, the
@@ -170,11 +169,8 @@ static std::string launch_target(const Target& t, const BwdProblem& p, const Bwd
   s.max_ctas = g_max_ctas;
   return t.launch(p, ws, 0, s);
 }
-// The persistent configuration has no deterministic mode and runs plain attention and causal
-// bands only (bwd_persistent_runs).
-static bool target_runs(const Target& t, const BwdProblem& p, bool det) {
-  return (t.head_dim == 0 || t.head_dim == p.head_dim) && !(det && t.persistent) &&
-         !(t.persistent && !fa4::hopper::bwd_persistent_runs(p));
+static bool target_runs(const Target& t, int d, bool det, bool variant = false) {
+  return (t.head_dim == 0 || t.head_dim == d) && !(det && t.persistent) && !(variant && t.persistent);
 }
 
 constexpr int kUnb = fa4::hopper::kWindowUnbounded;
@@ -491,7 +487,7 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   int failures = 0;
   for (const Target* t : targets) {
     for (int det = 0; det < 2; ++det) {
-      if (!g_modes[det] || !target_runs(*t, p, det != 0)) continue;
+      if (!g_modes[det] || !target_runs(*t, c.d, det != 0, c.v.any())) continue;
       std::fflush(stdout);  // everything so far is out before the launch (a hang shows where)
       p.deterministic = det != 0;
       ++*runs;
@@ -626,7 +622,7 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Target*>
         warm_up([&] { return fa4::hopper::launch_bwd(p, ws, 0); });
         for (const Target* t : targets) {
           for (int det = 0; det < (with_det ? 2 : 1); ++det) {
-            if (!target_runs(*t, p, det != 0)) continue;
+            if (!target_runs(*t, d, det != 0, given.any() || g_bench_docs > 0)) continue;
             p.deterministic = det != 0;
             std::vector<float> ms;
             for (int it = 0; it < 13; ++it) {
