@@ -72,7 +72,8 @@ constexpr float kBoundedCapMin = 1.f / 1024.f;
 inline bool fwd_bounded_cap(const ProblemShape& p) {
   return p.dtype == Dtype::kBf16 && p.variant.softcap >= kBoundedCapMin && p.variant.softcap <= kBoundedCapMax;
 }
-inline float fwd_bounded_max(float softcap) { return 1.f - kBoundedTopLog2 / (softcap * 1.4426950408889634f); }
+// cap_log2: C = c log2 e, the capped kernels' scale_log2.
+inline float fwd_bounded_max(float cap_log2) { return 1.f - kBoundedTopLog2 / cap_log2; }
 
 // The kernel a problem runs: its mask's (problem.h, mask_kind), except that a soft cap takes the
 // kVariant kernel (its mask degenerates to the dense or causal one when the problem has no band,
@@ -135,7 +136,7 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream, const Fw
     args.softcap_scale = p.softmax_scale / c;
     args.softmax_scale = c;
     args.scale_log2 = c * 1.4426950408889634f;
-    args.bounded_max = fwd_bounded_max(c);
+    args.bounded_max = fwd_bounded_max(args.scale_log2);
   }
   dim3 grid(unsigned(m_blocks), unsigned(p.heads_q), unsigned(p.batch));
   if (Cfg::longest_first() && kOrdered && m_blocks * p.heads_q * p.batch <= INT_MAX) {

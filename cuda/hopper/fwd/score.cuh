@@ -21,7 +21,6 @@ enum class ScoreCap { kNone, kOnline, kBounded };
 template <MaskKind M, ScoreCap Cap>
 struct FwdScores {
   static constexpr MaskKind kMask = M;
-  static constexpr bool kBoundedSoftmax = Cap == ScoreCap::kBounded;
   TileMask<M> mask;
   int r0;              // dense / causal: the first row the partial-tile test covers
   float cap_scale;     // soft cap: softmax_scale / softcap (the raw score's factor inside tanh)
