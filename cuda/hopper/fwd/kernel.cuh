@@ -21,10 +21,10 @@
 // step; its rows get o = 0 and lse = -inf (the sink with sinks).
 //
 // Templates: M, the mask policy (common/mask.cuh, TileMask<M>), and Cap, the score modifier
-// (fwd/score.cuh: none, or the soft cap with the online or the bounded softmax; the causal mask
-// takes the bounded one only). A tile visits the key blocks [begin, end) of tile_key_blocks; the
-// producer's warp 0 computes them (warp-collective: the segment narrowing) and its thread 0 loads
-// them, each consumer warp computes the same range. Sinks (any mask) are read in the epilogue.
+// (fwd/score.cuh: none, or, with kVariant only, the soft cap with the online or the bounded
+// softmax). A tile visits the key blocks [begin, end) of tile_key_blocks; the producer's warp 0
+// computes them (warp-collective: the segment narrowing) and its thread 0 loads them, each
+// consumer warp computes the same range. Sinks (any mask) are read in the epilogue.
 #pragma once
 #include <cuda.h>
 
@@ -211,8 +211,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
                const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                const FwdArgs args) {
   static_assert(!Cfg::persistent(), "fwd_kernel runs one tile per CTA");
-  static_assert(Cap == ScoreCap::kNone || M == MaskKind::kVariant || (M == MaskKind::kCausal && Cap == ScoreCap::kBounded),
-                "soft-cap problems run the variant mask, or the causal one with the bounded softmax");
+  static_assert(Cap == ScoreCap::kNone || M == MaskKind::kVariant, "soft-cap problems run the variant mask");
   extern __shared__ uint8_t smem_raw[];
   const FwdSharedMemory<T, Cfg> sm(smem_raw);
 
@@ -350,8 +349,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                           const FwdArgs args) {
   static_assert(Cfg::persistent(), "the persistent kernel needs the persistent layout (O buffer, Q-empty barrier)");
-  static_assert(Cap == ScoreCap::kNone || M == MaskKind::kVariant || (M == MaskKind::kCausal && Cap == ScoreCap::kBounded),
-                "soft-cap problems run the variant mask, or the causal one with the bounded softmax");
+  static_assert(Cap == ScoreCap::kNone || M == MaskKind::kVariant, "soft-cap problems run the variant mask");
   extern __shared__ uint8_t smem_raw[];
   const FwdSharedMemory<T, Cfg> sm(smem_raw);
   const FwdScheduler<Cfg, M> sched(args);

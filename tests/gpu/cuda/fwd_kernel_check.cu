@@ -877,11 +877,11 @@ int main(int argc, char** argv) {
         // Two interleaved documents (no uniform run), causal and not.
         {2, 1100, 1100, 2, 1, 0, true, true, 0.f, with(none, 0, 4, 0.f, false)},
         {1, 900, 900, 2, 2, 0, true, false, 0.f, with(none, 0, 4, 0.f, false)},
-        // The soft cap's bounded softmax (bf16, c <= 50; fp16 runs the online one): non-causal (the
-        // variant kernel) with scores from -120 up to 0; causal (the causal kernel) at the largest
-        // cap, where the first rows see only scores near -150 (tanh about -1: every p of the row
-        // at the smallest, 2^-112); causal with sinks and GQA; a bf16 cap above the bound (the
-        // online softmax in the variant kernel).
+        // The soft cap's bounded softmax (bf16, c <= 50; fp16 runs the online one), all in the
+        // variant kernel: non-causal with scores from -120 up to 0; causal at the largest cap,
+        // where the first rows see only scores near -150 (tanh about -1: every p of the row at the
+        // smallest, 2^-112); causal with sinks and GQA; a bf16 cap above the bound (the online
+        // softmax).
         {1, 500, 800, 2, 1, 0, true, false, -120.f, with(none, 0, 0, 41.5f, false)},
         {1, 500, 800, 2, 1, 0, true, true, 0.f, with(none, 0, 0, 60.f, false)},
         {2, 600, 600, 2, 1, 0, true, true, -150.f, with(none, 0, 0, 50.f, false)},
@@ -892,7 +892,7 @@ int main(int argc, char** argv) {
         for (size_t k = 0; k < sizeof(variant_cases) / sizeof(variant_cases[0]); ++k) {
           Case c = variant_cases[k];
           // --quick: a window with lengths and sorted ids (the combination case), sinks with
-          // empty rows, and the causal kernel's bounded soft cap with sinks; fp16 only for half of
+          // empty rows, and the causal bounded soft cap with sinks; fp16 only for half of
           // the cases (the kernels are dtype-generic).
           if (quick && !(k == 19 || k == 18 || k == 27)) continue;
           if (!bf16 && k % 2) continue;

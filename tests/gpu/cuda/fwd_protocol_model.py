@@ -556,25 +556,20 @@ class Problem:
     lengths (None: absent; clamped), segment ids (lists or None)."""
 
     def __init__(self, seq_q, seq_k, causal=False, left=UNB, right=UNB, q_len=None, kv_len=None,
-                 q_ids=None, kv_ids=None, softcap=0.0, sinks=False, bf16=True):
+                 q_ids=None, kv_ids=None, softcap=0.0, sinks=False):
         self.seq_q, self.seq_k, self.causal = seq_q, seq_k, causal
-        self.bf16 = bf16
         self.left, self.right = left, right
         self.q_len_arg, self.kv_len_arg = q_len, kv_len
         self.q_ids, self.kv_ids = q_ids, kv_ids
         self.softcap, self.sinks = softcap, sinks
 
     def kind(self):
-        """fwd_kernel_kind: the mask's kind, except that a soft cap takes the variant kernel
-        unless the mask is causal and the cap bounded (bf16, 2^-10 <= c <= 50); sinks take any."""
+        """fwd_kernel_kind: the mask's kind, except that a soft cap takes the variant kernel; sinks
+        keep the mask's kernel."""
         if (self.left < UNB or self.right < UNB or self.q_len_arg is not None
-                or self.kv_len_arg is not None or self.q_ids is not None):
+                or self.kv_len_arg is not None or self.q_ids is not None or self.softcap > 0):
             return "variant"
-        mask = "causal" if self.causal else "dense"
-        bounded = self.bf16 and 2.0 ** -10 <= self.softcap <= 50.0
-        if self.softcap > 0 and not (mask == "causal" and bounded):
-            return "variant"
-        return mask
+        return "causal" if self.causal else "dense"
 
     def visible(self):
         """numpy bool [seq_q, seq_k]: common/problem.h's rule, written independently of TileMask."""
@@ -920,7 +915,6 @@ def random_problem(rng, d):
         kw["softcap"] = 30.0
     if rng.random() < 0.2:
         kw["sinks"] = True
-    kw["bf16"] = rng.random() < 0.7
     return Problem(sq, sk, causal, **kw)
 
 
@@ -1012,8 +1006,8 @@ def check_bench_shapes(rng, sims=True, verbose=False):
     runs = 0
     for name, p in bench_problems().items():
         kind = p.kind()
-        # The bench cells are bf16: the capped and sunk causal cells run the causal kernel.
-        assert kind == ("causal" if name in ("soft cap 30", "sinks") else "variant"), (name, kind)
+        # The sunk causal cell keeps the causal kernel; the capped one runs the variant kernel.
+        assert kind == ("causal" if name == "sinks" else "variant"), (name, kind)
         lib = library_persistent(p, 128)
         for persistent in (False, True):
             cfg = fwd_config(128, kind, persistent)
