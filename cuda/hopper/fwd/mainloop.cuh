@@ -272,7 +272,7 @@ __device__ __forceinline__ void fwd_pipelined_step(int kb, const uint8_t* q_tile
   k.advance();
   after_s();
   scores.template prepare<N, Tested>(s, kb, row0, lane);
-  softmax.update(s, scale_log2, o_scale);
+  softmax.template update<N / 2, !Tested>(s, scale_log2, o_scale);
   wgmma_wait<0>();
   fence_regs(o);
   fence_regs(p);  // the RS wgmma read p asynchronously: keep its registers until here
