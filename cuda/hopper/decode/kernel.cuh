@@ -3,12 +3,16 @@
 // (packed row R = position * group + head in group) against one split of the visible key range.
 //
 // Roles: warp 4 is the producer (one thread issues the TMA loads of K and V blocks of 64 keys into
-// a ring of stages); warps 0-3 consume every stage, each its own 16 keys, with warp-level
-// mma.sync (S = Q K^T, then O += P V), an online softmax per warp in the log2 domain, and the
-// per-element mask of the attention variants (common/problem.h) on every block (the kernel is
-// bound by memory, not by these tests). At the end the four warps' (max, sum, O) merge in a fixed
-// order (so the result is bitwise reproducible), and the CTA writes either the final output (one
-// split) or a float32 partial output and its log2-domain LSE, which decode_combine merges.
+// a ring of stages); warps 0-3 consume every stage with warp-level mma.sync (S = Q K^T, then
+// O += P V), an online softmax per warp in the log2 domain, and the per-element mask of the
+// attention variants (common/problem.h) on every block (the kernel is bound by memory, not by
+// these tests). How the four consumer warps share a stage is the tile's DecodeWarpSplit: each its
+// own 16 keys for all of the tile's rows (kKeys; at the end the four warps' (max, sum, O) merge in
+// a fixed order, so the result is bitwise reproducible), or each its own 16 rows for all 64 keys
+// (kRows: a row's softmax lives in one warp, no merge; a 64-row tile whose output accumulator is
+// a quarter of kKeys', so GQA groups of 17-64 rows read K and V once at head dims 128 and 256).
+// The CTA writes either the final output (one split) or a float32 partial output and its
+// log2-domain LSE, which decode_combine merges.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -30,16 +34,26 @@
 
 namespace fa4::hopper {
 
-// One decode configuration's geometry (head dim, rows per CTA, resident CTAs per SM); every size
-// and offset derives from it.
+// One decode configuration's geometry (head dim, rows per CTA, resident CTAs per SM, how the
+// consumer warps split a stage: decode_warp_split); every size and offset derives from it.
 template <int HeadDim, int Rows, int CtasPerSm>
 struct DecodeTile {
+  static constexpr DecodeWarpSplit split() { return decode_warp_split(HeadDim, Rows); }
+  static constexpr bool row_split() { return split() == DecodeWarpSplit::kRows; }
   static constexpr int head_dim() { return HeadDim; }
   static constexpr int block_n() { return kDecodeBlockN; }
   static constexpr int consumer_warps() { return 4; }
-  static constexpr int keys_per_warp() { return block_n() / consumer_warps(); }  // 16: one k step of P V
+  // kKeys: 16 keys (one k step of P V) of every row; kRows: 16 rows (one m16 tile) of every key.
+  static constexpr int keys_per_warp() { return row_split() ? block_n() : block_n() / consumer_warps(); }
+  static constexpr int rows_per_warp() { return row_split() ? Rows / consumer_warps() : Rows; }
+  static constexpr int warp_key0(int warp) { return row_split() ? 0 : warp * keys_per_warp(); }
+  static constexpr int warp_row0(int warp) { return row_split() ? warp * rows_per_warp() : 0; }
   static constexpr int rows() { return Rows; }
-  static constexpr int m_tiles() { return rows() / 16; }
+  static constexpr int m_tiles() { return rows_per_warp() / 16; }  // per warp
+  static constexpr int k_chunks() { return keys_per_warp() / 16; }  // k16 steps of P V per warp
+  // The end-of-loop merge's float32 O slices: one per warp (kKeys), one in all (kRows: a row's O
+  // is in one warp).
+  static constexpr int merge_slices() { return row_split() ? 1 : consumer_warps(); }
   static constexpr int threads() { return 32 * (consumer_warps() + 1); }
   static constexpr int chunks() { return HeadDim / 64; }
   static constexpr int ctas_per_sm() { return CtasPerSm; }
@@ -65,13 +79,15 @@ struct DecodeTile {
   static constexpr uint32_t merge_o_offset() { return merge_stats_offset() + 2 * 4 * consumer_warps() * rows(); }
   static constexpr uint32_t merge_o_slice_floats() { return uint32_t(rows()) * merge_o_stride(); }
   static constexpr uint32_t merge_bytes() {
-    return merge_o_offset() - merge_stats_offset() + 4u * consumer_warps() * merge_o_slice_floats();
+    return merge_o_offset() - merge_stats_offset() + 4u * merge_slices() * merge_o_slice_floats();
   }
 
   static_assert(rows() % 16 == 0 && rows() <= kDecodeMaxRows, "rows are whole m16 tiles");
+  static_assert(!row_split() || rows_per_warp() == 16, "kRows: one m16 tile per warp");
   static_assert(merge_bytes() <= barrier_offset() - k_offset(0), "the merge fits in the stages");
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
-  static_assert(smem_bytes() * ctas_per_sm() <= 233472, "the resident CTAs fit in an SM's shared memory");
+  // Each resident block also takes 1 KB of shared memory the system reserves.
+  static_assert((smem_bytes() + 1024) * ctas_per_sm() <= 233472, "the resident CTAs fit in an SM's shared memory");
   static_assert(stages() >= 2, "at least two stages in flight");
   static_assert(CtasPerSm >= 1 && CtasPerSm <= decode_max_ctas_per_sm(HeadDim, Rows),
                 "the tile's registers allow this many resident CTAs");
@@ -191,13 +207,16 @@ __global__ void __launch_bounds__(Cfg::threads(), Cfg::ctas_per_sm())
   }
   named_barrier_sync(1, 32 * Cfg::consumer_warps());
 
-  // This thread's rows: m tile t, half e -> tile row 16 t + lane / 4 + 8 e. Their bands and ids.
+  // This thread's rows: m tile t, half e -> tile row row0w + 16 t + lane / 4 + 8 e. Their bands
+  // and ids.
+  constexpr int KC = Cfg::k_chunks();
+  const int row0w = Cfg::warp_row0(warp);
   int row_lo[MT][2], row_hi[MT][2], row_id[MT][2];
 #pragma unroll
   for (int t = 0; t < MT; ++t) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int R = tile * RPC + 16 * t + lane / 4 + 8 * e;
+      const int R = tile * RPC + row0w + 16 * t + lane / 4 + 8 * e;
       const int i = R / a.group;
       const bool real = R < a.rows && i < mask.q_len;
       row_lo[t][e] = real ? mask.key_lo(i) : 0;
@@ -216,7 +235,7 @@ __global__ void __launch_bounds__(Cfg::threads(), Cfg::ctas_per_sm())
     for (int n = 0; n < D / 8; ++n) o[t][n][0] = o[t][n][1] = o[t][n][2] = o[t][n][3] = 0.f;
   }
 
-  const int wkey = warp * Cfg::keys_per_warp();  // this warp's first key within a block
+  const int wkey = Cfg::warp_key0(warp);  // this warp's first key within a block
   for (int it = 0; it < nblk; ++it) {
     const int s = it % S;
     mbarrier_wait(&full[s], (it / S) & 1);
@@ -226,47 +245,64 @@ __global__ void __launch_bounds__(Cfg::threads(), Cfg::ctas_per_sm())
 
     // Keys no row of the tile sees (past the cache length, before the window) hold anything,
     // NaN included: their V rows are zeroed before P V so that 0 * NaN never reaches an output.
-    const bool edge = key0 < range.lo || key0 + Cfg::keys_per_warp() > range.hi;  // warp-uniform
+    // kKeys: each warp zeroes the rows of its own keys (a warp-uniform test); kRows: every warp
+    // reads every key, so the four zero the block's rows together and meet before reading (the
+    // test is then CTA-uniform).
+    const bool edge = key0 < range.lo || key0 + Cfg::keys_per_warp() > range.hi;
     if (edge) {
-      for (int u = lane; u < Cfg::keys_per_warp() * (D / 8); u += 32) {
+      // kRows: the rows a warp zeroes were read by every warp S blocks ago. That order already
+      // holds through the empty / full barriers and the TMA fill between them, but a CTA barrier
+      // here states it where compute-sanitizer's racecheck can see it (edge blocks only).
+      if constexpr (Cfg::row_split()) named_barrier_sync(1, 32 * Cfg::consumer_warps());
+      constexpr int zero_threads = Cfg::row_split() ? 32 * Cfg::consumer_warps() : 32;
+      const int zt = Cfg::row_split() ? int(threadIdx.x) : lane;
+      for (int u = zt; u < Cfg::keys_per_warp() * (D / 8); u += zero_threads) {
         const int k = u / (D / 8), col = (u % (D / 8)) * 8;
         const int j = key0 + k;
         if (j < range.lo || j >= range.hi)
           *reinterpret_cast<uint4*>(sV + sw128_offset(wkey + k, col, Cfg::chunk_bytes_kv())) = make_uint4(0, 0, 0, 0);
       }
-      __syncwarp();
+      if constexpr (Cfg::row_split()) {
+        named_barrier_sync(1, 32 * Cfg::consumer_warps());
+      } else {
+        __syncwarp();
+      }
     }
 
-    // S = Q K^T for this warp's 16 keys: two n8 tiles per m tile.
-    float sc[MT][2][4];
+    // S = Q K^T for this warp's keys: two n8 tiles per k16 chunk of keys, per m tile.
+    float sc[MT][2 * KC][4];
 #pragma unroll
     for (int t = 0; t < MT; ++t)
 #pragma unroll
-      for (int n = 0; n < 2; ++n) sc[t][n][0] = sc[t][n][1] = sc[t][n][2] = sc[t][n][3] = 0.f;
+      for (int n = 0; n < 2 * KC; ++n) sc[t][n][0] = sc[t][n][1] = sc[t][n][2] = sc[t][n][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t kf[4];
-      ldmatrix_x4(kf, sK + sw128_offset(wkey + (lane % 8) + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8,
-                                        Cfg::chunk_bytes_kv()));
+      uint32_t qf[MT][4];  // Q's fragments of this k16 step, loaded with the first key chunk
 #pragma unroll
-      for (int t = 0; t < MT; ++t) {
-        uint32_t qf[4];
-        ldmatrix_x4(qf, smem + Cfg::q_offset() +
-                            sw128_offset(16 * t + lane % 16, kk * 16 + (lane / 16) * 8, Cfg::chunk_bytes_q()));
-        mma_m16n8k16<T>(sc[t][0], qf, kf[0], kf[1]);
-        mma_m16n8k16<T>(sc[t][1], qf, kf[2], kf[3]);
+      for (int c = 0; c < KC; ++c) {
+        uint32_t kf[4];
+        ldmatrix_x4(kf, sK + sw128_offset(wkey + 16 * c + (lane % 8) + (lane / 16) * 8,
+                                          kk * 16 + ((lane / 8) % 2) * 8, Cfg::chunk_bytes_kv()));
+#pragma unroll
+        for (int t = 0; t < MT; ++t) {
+          if (c == 0)
+            ldmatrix_x4(qf[t], smem + Cfg::q_offset() + sw128_offset(row0w + 16 * t + lane % 16,
+                                                                     kk * 16 + (lane / 16) * 8, Cfg::chunk_bytes_q()));
+          mma_m16n8k16<T>(sc[t][2 * c], qf[t], kf[0], kf[1]);
+          mma_m16n8k16<T>(sc[t][2 * c + 1], qf[t], kf[2], kf[3]);
+        }
       }
     }
 
     // Soft cap, scale, mask (a select: a masked score is -inf whatever K held), online softmax.
-    uint32_t pf[MT][4];
+    uint32_t pf[MT][KC][4];
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float mx = row_max[t][e];
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
+        for (int n = 0; n < 2 * KC; ++n) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const int j = key0 + 8 * n + 2 * (lane % 4) + c;
@@ -287,7 +323,7 @@ __global__ void __launch_bounds__(Cfg::threads(), Cfg::ctas_per_sm())
         row_max[t][e] = mx;
         float sum = 0.f;
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
+        for (int n = 0; n < 2 * KC; ++n) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const float p = exp2_approx(sc[t][n][2 * e + c] - base);
@@ -300,22 +336,28 @@ __global__ void __launch_bounds__(Cfg::threads(), Cfg::ctas_per_sm())
         for (int n = 0; n < D / 8; ++n) o[t][n][2 * e] *= corr, o[t][n][2 * e + 1] *= corr;
       }
       // The accumulator layout of two n8 tiles is the A fragment of one k16 step.
-      pf[t][0] = pack2<T>(sc[t][0][0], sc[t][0][1]);
-      pf[t][1] = pack2<T>(sc[t][0][2], sc[t][0][3]);
-      pf[t][2] = pack2<T>(sc[t][1][0], sc[t][1][1]);
-      pf[t][3] = pack2<T>(sc[t][1][2], sc[t][1][3]);
+#pragma unroll
+      for (int c = 0; c < KC; ++c) {
+        pf[t][c][0] = pack2<T>(sc[t][2 * c][0], sc[t][2 * c][1]);
+        pf[t][c][1] = pack2<T>(sc[t][2 * c][2], sc[t][2 * c][3]);
+        pf[t][c][2] = pack2<T>(sc[t][2 * c + 1][0], sc[t][2 * c + 1][1]);
+        pf[t][c][3] = pack2<T>(sc[t][2 * c + 1][2], sc[t][2 * c + 1][3]);
+      }
     }
 
-    // O += P V over this warp's 16 keys, 16 head-dim columns per transposed ldmatrix.
+    // O += P V over this warp's keys, 16 head-dim columns per transposed ldmatrix.
 #pragma unroll
     for (int dd = 0; dd < D / 16; ++dd) {
-      uint32_t vf[4];
-      ldmatrix_x4_trans(vf, sV + sw128_offset(wkey + (lane % 8) + ((lane / 8) % 2) * 8, dd * 16 + (lane / 16) * 8,
-                                              Cfg::chunk_bytes_kv()));
 #pragma unroll
-      for (int t = 0; t < MT; ++t) {
-        mma_m16n8k16<T>(o[t][2 * dd], pf[t], vf[0], vf[1]);
-        mma_m16n8k16<T>(o[t][2 * dd + 1], pf[t], vf[2], vf[3]);
+      for (int c = 0; c < KC; ++c) {
+        uint32_t vf[4];
+        ldmatrix_x4_trans(vf, sV + sw128_offset(wkey + 16 * c + (lane % 8) + ((lane / 8) % 2) * 8,
+                                                dd * 16 + (lane / 16) * 8, Cfg::chunk_bytes_kv()));
+#pragma unroll
+        for (int t = 0; t < MT; ++t) {
+          mma_m16n8k16<T>(o[t][2 * dd], pf[t][c], vf[0], vf[1]);
+          mma_m16n8k16<T>(o[t][2 * dd + 1], pf[t][c], vf[2], vf[3]);
+        }
       }
     }
     // The zeroing above wrote the stage through the generic proxy; the next TMA fill of it is an
@@ -325,9 +367,10 @@ __global__ void __launch_bounds__(Cfg::threads(), Cfg::ctas_per_sm())
     if (lane == 0) mbarrier_arrive(&empty[s]);
   }
 
-  // Merge the four warps: the tile's max per row, each warp's sum and O rescaled to it, summed in
-  // warp order.
-  constexpr int W = Cfg::consumer_warps();
+  // Merge: kKeys, the four warps: the tile's max per row, each warp's sum and O rescaled to it,
+  // summed in warp order; kRows: each row's (max, sum, O) from its one warp, in one slice.
+  constexpr int W = Cfg::consumer_warps(), MW = Cfg::merge_slices();
+  const int slice = Cfg::row_split() ? 0 : warp;
   named_barrier_sync(1, 32 * W);  // every warp is past its last read of the stages
   float* st_max = reinterpret_cast<float*>(smem + Cfg::merge_stats_offset());
   float* st_sum = st_max + W * RPC;
@@ -341,9 +384,9 @@ __global__ void __launch_bounds__(Cfg::threads(), Cfg::ctas_per_sm())
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       row_sum[t][e] = sum;
       if (lane % 4 == 0) {
-        const int r = 16 * t + lane / 4 + 8 * e;
-        st_max[warp * RPC + r] = row_max[t][e];
-        st_sum[warp * RPC + r] = sum;
+        const int r = row0w + 16 * t + lane / 4 + 8 * e;
+        st_max[slice * RPC + r] = row_max[t][e];
+        st_sum[slice * RPC + r] = sum;
       }
     }
   }
@@ -353,20 +396,20 @@ __global__ void __launch_bounds__(Cfg::threads(), Cfg::ctas_per_sm())
   for (int t = 0; t < MT; ++t) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int r = 16 * t + lane / 4 + 8 * e;
+      const int r = row0w + 16 * t + lane / 4 + 8 * e;
       float mx = -INFINITY;
-      for (int w = 0; w < W; ++w) mx = fmaxf(mx, st_max[w * RPC + r]);
+      for (int w = 0; w < MW; ++w) mx = fmaxf(mx, st_max[w * RPC + r]);
       const float base = mx == -INFINITY ? 0.f : mx;
       scale_own[t][e] = exp2_approx(row_max[t][e] - base);
     }
   }
-  // Every warp writes its O, rescaled to the row's tile max, into its own slice at once.
-  float* so_own = so + warp * Cfg::merge_o_slice_floats();
+  // Every warp writes its O, rescaled to the row's tile max, into its slice at once.
+  float* so_own = so + slice * Cfg::merge_o_slice_floats();
 #pragma unroll
   for (int t = 0; t < MT; ++t) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int r = 16 * t + lane / 4 + 8 * e;
+      const int r = row0w + 16 * t + lane / 4 + 8 * e;
 #pragma unroll
       for (int n = 0; n < D / 8; ++n)
         *reinterpret_cast<float2*>(so_own + r * Cfg::merge_o_stride() + 8 * n + 2 * (lane % 4)) =
@@ -382,14 +425,14 @@ __global__ void __launch_bounds__(Cfg::threads(), Cfg::ctas_per_sm())
     const int R = tile * RPC + r;
     if (R >= a.rows) continue;
     float mx = -INFINITY;
-    for (int w = 0; w < W; ++w) mx = fmaxf(mx, st_max[w * RPC + r]);
+    for (int w = 0; w < MW; ++w) mx = fmaxf(mx, st_max[w * RPC + r]);
     const float base = mx == -INFINITY ? 0.f : mx;
     float sum = 0.f;  // the warps' sums rescaled to the row's max, in warp order
-    for (int w = 0; w < W; ++w) sum += st_sum[w * RPC + r] * exp2_approx(st_max[w * RPC + r] - base);
+    for (int w = 0; w < MW; ++w) sum += st_sum[w * RPC + r] * exp2_approx(st_max[w * RPC + r] - base);
     const float lse2 = sum > 0.f ? base + __log2f(sum) : -INFINITY;
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     float4 acc = *reinterpret_cast<const float4*>(so + r * Cfg::merge_o_stride() + col);
-    for (int w = 1; w < W; ++w) {  // the warps' slices summed in warp order
+    for (int w = 1; w < MW; ++w) {  // the warps' slices summed in warp order
       const float4 x = *reinterpret_cast<const float4*>(so + w * Cfg::merge_o_slice_floats() +
                                                         r * Cfg::merge_o_stride() + col);
       acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;

@@ -14,18 +14,31 @@
 
 namespace fa4::hopper {
 
+// How the decode kernel's four consumer warps share a stage of 64 keys (decode/kernel.cuh): each
+// its own 16 keys for every row of the tile (kKeys), or each its own 16 rows for every key (kRows).
+// A kKeys warp holds the float32 output of all the tile's rows (rows / 16 x head_dim / 2 registers
+// a thread), a kRows warp a quarter of a 64-row tile's.
+enum class DecodeWarpSplit { kKeys, kRows };
+
 // Rows (packed query heads x positions) one decode CTA holds: 16 per m16 MMA row tile. A pair
-// with at most 16 rows takes one tile; more rows take as many tiles as keep the float32 output
-// accumulator within 128 registers per thread (the most the head dim allows).
-constexpr int decode_max_rows_per_cta(int64_t head_dim) { return head_dim == 64 ? 64 : head_dim == 128 ? 32 : 16; }
+// with at most 16 rows takes one 16-row kKeys tile; more rows (up to kDecodeMaxRows = 64) one
+// 64-row tile, kKeys at head dim 64 (128 output registers a thread), kRows at 128 and 256 (64 and
+// 128), so every row of a (batch, kv head) pair reads K and V once.
+constexpr int decode_max_rows_per_cta(int64_t) { return 64; }
 constexpr int decode_rows_per_cta(int64_t head_dim, int64_t rows) {
   return rows <= 16 ? 16 : decode_max_rows_per_cta(head_dim);
 }
-// The most resident CTAs per SM a tile allows: two when the output accumulator (rows / 16 x
-// head_dim / 2 float32 registers per thread) is at most 64 registers, one otherwise. Every SM holds
-// the same bytes of loads in flight either way (one CTA holds twice the stages).
+constexpr DecodeWarpSplit decode_warp_split(int64_t head_dim, int rows_per_cta) {
+  return rows_per_cta > 16 && head_dim > 64 ? DecodeWarpSplit::kRows : DecodeWarpSplit::kKeys;
+}
+// The most resident CTAs per SM a tile allows: two when a thread's output accumulator (rows of
+// its warp / 16 x head_dim / 2 float32 registers) is at most 64 registers and the tile is a
+// 16-row one, one otherwise (the 64-row kRows tile at hd128 has the registers for two, but its Q
+// tile and three stages come 48 bytes over half an SM's shared memory once the 1 KB each block
+// reserves is counted). Every SM holds the same bytes of loads in flight either way (one CTA holds
+// twice the stages).
 constexpr int decode_max_ctas_per_sm(int64_t head_dim, int rows_per_cta) {
-  return rows_per_cta / 16 * head_dim / 2 <= 64 ? 2 : 1;
+  return rows_per_cta == 16 && head_dim / 2 <= 64 ? 2 : 1;
 }
 
 // Keys per pipeline stage (each of the four consumer warps takes 16 of them).
@@ -116,14 +129,17 @@ inline DecodePlan decode_tiling(int64_t batch, int64_t seq_q, int64_t seq_k, int
 }
 
 // The library's choice: the decode kernel where decode_tiling allows it, except problems without
-// GQA with enough (batch, head) pairs to fill the GPU and rows over more than one decode tile,
-// which the one-tile forward streams (K and V read once per head, where each decode tile would
-// read them again). With one tile the decode kernel streams faster (H200, 8 x 32768, 16 heads,
-// one query: 4,190 GB/s against 4,100).
+// GQA with enough (batch, head) pairs to fill the GPU and more rows than 64 / 32 / 16 at head dims
+// 64 / 128 / 256, which the one-tile forward streams (K and V read once per head): the rows where
+// the earlier kKeys tiles (64 / 32 / 16 rows) took several tiles, each reading K and V again; the
+// 64-row kRows tile has not been timed against the one-tile forward there. With one 16-row tile
+// the decode kernel streams faster (H200, 8 x 32768, 16 heads, one query: 4,190 GB/s against 4,100).
 inline DecodePlan decode_plan(int64_t batch, int64_t seq_q, int64_t seq_k, int64_t heads_q, int64_t heads_kv,
                               int64_t head_dim) {
   const DecodePlan plan = decode_tiling(batch, seq_q, seq_k, heads_q, heads_kv, head_dim);
-  if (heads_q == heads_kv && batch * heads_q >= kDecodeMhaTrainingPairs && plan.row_tiles > 1) return DecodePlan{};
+  const int64_t one_tile_rows = head_dim == 64 ? 64 : head_dim == 128 ? 32 : 16;
+  if (heads_q == heads_kv && batch * heads_q >= kDecodeMhaTrainingPairs && plan.rows > one_tile_rows)
+    return DecodePlan{};
   return plan;
 }
 

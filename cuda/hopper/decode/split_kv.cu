@@ -86,18 +86,24 @@ std::string launch_decode_typed(const FwdProblem& p, const DecodePlan& plan, cud
 template <class T>
 std::string launch_decode_dtype(const FwdProblem& p, const DecodePlan& plan, cudaStream_t stream) {
   // The configurations: one 16-row tile (most decode shapes: a GQA group of up to 16 heads at one
-  // position) at one or two CTAs per SM (DecodePlan::ctas_per_sm), or the head dim's largest tile
-  // (decode_rows_per_cta) at one.
+  // position) at one or two CTAs per SM (DecodePlan::ctas_per_sm), or the 64-row tile
+  // (decode_rows_per_cta; kKeys at head dim 64, kRows at 128 and 256) at one.
   const bool one_tile = plan.rows_per_cta == 16, two = plan.ctas_per_sm == 2;
+  constexpr int kBig = decode_max_rows_per_cta(0);
+  static_assert(decode_max_ctas_per_sm(64, kBig) == 1 && decode_max_ctas_per_sm(256, kBig) == 1 &&
+                    decode_max_ctas_per_sm(128, kBig) == 1 && decode_max_ctas_per_sm(256, 16) == 1,
+                "the instantiations below");
   switch (p.head_dim) {
     case 64:
-      if (!one_tile) return launch_decode_typed<T, 64, decode_max_rows_per_cta(64), 1>(p, plan, stream);
+      if (!one_tile) return launch_decode_typed<T, 64, kBig, 1>(p, plan, stream);
       return two ? launch_decode_typed<T, 64, 16, 2>(p, plan, stream) : launch_decode_typed<T, 64, 16, 1>(p, plan, stream);
     case 128:
-      if (!one_tile) return launch_decode_typed<T, 128, decode_max_rows_per_cta(128), 1>(p, plan, stream);
+      if (!one_tile) return launch_decode_typed<T, 128, kBig, 1>(p, plan, stream);
       return two ? launch_decode_typed<T, 128, 16, 2>(p, plan, stream)
                  : launch_decode_typed<T, 128, 16, 1>(p, plan, stream);
-    default: return launch_decode_typed<T, 256, decode_max_rows_per_cta(256), 1>(p, plan, stream);
+    default:
+      if (!one_tile) return launch_decode_typed<T, 256, kBig, 1>(p, plan, stream);
+      return launch_decode_typed<T, 256, 16, 1>(p, plan, stream);
   }
 }
 
