@@ -53,17 +53,16 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
-// 2^x on the FMA pipe instead of the special-function unit, for x in [-127, 64] only (no inf or
-// NaN; the bounded softmax's exponents lie in [-112.3, 32]): x = n + f with n = round(x), taken
-// from the low mantissa bits of x + 1.5 * 2^23, 2^f by a degree-3 polynomial on [-1/2, 1/2] whose
-// constant term is exactly 1 (minimax relative error 1.0e-4, under bf16's 2^-9 rounding of P), and
-// n added to the exponent field; x = -127 gives +0. Seven FMA-pipe instructions where MUFU.EX2
-// takes one issue but 8 cycles of a quarter-rate pipe: a kernel whose MUFU pipe is its limit
-// moves part of its exponentials here.
-__device__ __forceinline__ float exp2_fma(float x) {
+// 2^(t a - k) on the FMA pipe (no MUFU), for k integer-valued and x = t a - k in [-126, 127]:
+// one FMA both forms x and rounds it to an integer n (k, an integer, is exact inside the 1.5 * 2^23
+// shift, whose ulp is 1), a second forms f = x - n in [-1/2, 1/2] with one rounding (k + n is
+// exact), a degree-3 polynomial gives 2^f (relative error 1.0e-4, below bf16's half ulp) and n is
+// added to its exponent field. 7 instructions with the shift hoisted; -inf is outside the range.
+__device__ __forceinline__ float exp2_fma_affine(float t, float a, float k) {
   constexpr float kRoundShift = 12582912.f;  // 1.5 * 2^23
-  const float shifted = __fadd_rn(x, kRoundShift);
-  const float f = __fsub_rn(x, __fsub_rn(shifted, kRoundShift));
+  const float base = kRoundShift - k;
+  const float shifted = __fmaf_rn(t, a, base);  // 1.5 * 2^23 + n, n = round(x)
+  const float f = __fmaf_rn(t, a, __fsub_rn(base, shifted));
   float p = __fmaf_rn(f, 0.0550090596f, 0.242210969f);
   p = __fmaf_rn(p, f, 0.693282902f);
   p = __fmaf_rn(p, f, 1.f);

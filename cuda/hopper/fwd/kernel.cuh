@@ -166,7 +166,7 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
 
   TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
   TmaConsumerPipeline<T, Cfg, false> v(v_bars, sV);
-  OnlineSoftmax<N / 2, Cap == ScoreCap::kBounded> softmax(args.bounded_max);
+  OnlineSoftmax<N / 2, Cap == ScoreCap::kBounded> softmax(args.bounded_bias);
   float o[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -299,7 +299,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     int begin, end;
     tile_key_blocks<N>(mask, m0, Cfg::block_m(), lane, &begin, &end);
 
-    OnlineSoftmax<N / 2, Cap == ScoreCap::kBounded> softmax(args.bounded_max);
+    OnlineSoftmax<N / 2, Cap == ScoreCap::kBounded> softmax(args.bounded_bias);
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -59,13 +60,13 @@ inline int64_t cached_persistent_section(const FwdPersistentShape& s) {
   return section;
 }
 
-// The soft cap's bounded softmax (ScoreCap::kBounded, fwd/softmax.cuh) fixes each row's max at m:
-// p = 2^((t - m) C), C = c log2 e, for t = tanh(.) in [-1, 1]. m puts the largest p at
-// 2^kBoundedTopLog2 (sums of 2^31 keys and |v| up to 2^64 stay finite in float), so the smallest is
-// 2^(kBoundedTopLog2 - 2C), which must stay a normal float: at the largest cap, 50, it is 2^-112.3.
-// P, packed to the input dtype for the PV product, must keep that range: bf16 does (float's
-// exponent), fp16 (smallest normal 2^-14, largest 2^16) does not, so fp16 keeps the online softmax.
-// Caps below kBoundedCapMin (where 32 / C loses float's range) keep the online softmax too.
+// The soft cap's bounded softmax (ScoreCap::kBounded, fwd/softmax.cuh) fixes each row's offset at an
+// integer k: p = 2^(t C - k), C = c log2 e, for t = tanh(.) in [-1, 1]. k = ceil(C - kBoundedTopLog2)
+// puts the largest p in (2^31, 2^32] (sums of 2^31 keys and |v| up to 2^64 stay finite in float), so
+// the smallest is above 2^(31 - 2C), which must stay a normal float: at the largest cap, 50, it is
+// 2^-113.3. P, packed to the input dtype for the PV product, must keep that range: bf16 does
+// (float's exponent), fp16 (smallest normal 2^-14, largest 2^16) does not, so fp16 keeps the online
+// softmax. Caps below kBoundedCapMin keep the online softmax too.
 constexpr float kBoundedTopLog2 = 32.f;
 constexpr float kBoundedCapMax = 50.f;
 constexpr float kBoundedCapMin = 1.f / 1024.f;
@@ -73,7 +74,7 @@ inline bool fwd_bounded_cap(const ProblemShape& p) {
   return p.dtype == Dtype::kBf16 && p.variant.softcap >= kBoundedCapMin && p.variant.softcap <= kBoundedCapMax;
 }
 // cap_log2: C = c log2 e, the capped kernels' scale_log2.
-inline float fwd_bounded_max(float cap_log2) { return 1.f - kBoundedTopLog2 / cap_log2; }
+inline float fwd_bounded_bias(float cap_log2) { return std::ceil(cap_log2 - kBoundedTopLog2); }
 
 // The kernel a problem runs: its mask's (problem.h, mask_kind), except that a soft cap takes the
 // kVariant kernel (its mask degenerates to the dense or causal one when the problem has no band,
@@ -135,7 +136,7 @@ std::string launch_fwd_kernel(const FwdProblem& p, cudaStream_t stream, const Fw
     args.softcap_scale = p.softmax_scale / c;
     args.softmax_scale = c;
     args.scale_log2 = c * 1.4426950408889634f;
-    args.bounded_max = fwd_bounded_max(args.scale_log2);
+    args.bounded_bias = fwd_bounded_bias(args.scale_log2);
   }
   dim3 grid(unsigned(m_blocks), unsigned(p.heads_q), unsigned(p.batch));
   if (Cfg::longest_first() && kOrdered && m_blocks * p.heads_q * p.batch <= INT_MAX) {

@@ -35,7 +35,7 @@ struct FwdArgs {
   MaskArgs mask;        // the band (causal folded in), lengths and segment ids
   float softcap_scale;  // soft cap c: softmax_scale / c (the raw score's factor inside tanh); the
                         // softcap kernels then run with scale_log2 = c log2(e), softmax_scale = c
-  float bounded_max;    // ScoreCap::kBounded: the fixed row max, in units of tanh (fwd/launch.cuh)
+  float bounded_bias;   // ScoreCap::kBounded: the integer bias k of 2^(t C - k) (fwd/launch.cuh)
   const float* sinks;   // [batch, heads_q] logits, or null
   int m_ascending;      // the band's visible key blocks fall with the m block: shortest last
 };

@@ -22,33 +22,36 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 // Running max and sum of one thread's two rows. Scores stay unscaled; the softmax scale (times
 // log2 e) is folded into the one FMA that feeds each exp2.
-// Bounded: every score lies in [-1, 1] (the soft cap's tanh), so the row max can be a constant m
-// (FwdArgs::bounded_max, chosen by the host) that never rescales O: p = 2^((s - m) * scale_log2)
-// stays a normal float between 2^((-1 - m) scale_log2) and 2^((1 - m) scale_log2) (the host's
-// condition, ScoreCap::kBounded). No max, no shuffles, no o_scale exponentials and no O rescale a
-// block; the LSE is m * softmax_scale + log(sum) as with a running max.
+// Bounded: every score lies in [-1, 1] (the soft cap's tanh), so the row max can be a constant
+// that never rescales O: an integer bias k in log2 units (FwdArgs::bounded_bias, chosen by the
+// host), p = 2^(s * scale_log2 - k) a normal float between 2^(-scale_log2 - k) and
+// 2^(scale_log2 - k) (the host's condition, ScoreCap::kBounded). No max, no shuffles, no o_scale
+// exponentials and no O rescale a block; the LSE is k ln 2 + log(sum). k integer lets exp2_fma_affine
+// round and reduce the exponent in the FMAs that form it.
 template <int NAcc, bool Bounded = false>
 struct OnlineSoftmax {
   static constexpr bool kBounded = Bounded;
+  static constexpr float kLn2 = 0.693147180559945309f;
   // Bounded, on blocks without a mask: of every 4 column pairs j, the first kExp2FmaOf4 take 2^x
-  // from exp2_fma instead of MUFU.EX2. The capped step issues two MUFU a score (tanh and 2^x) on
+  // from exp2_fma_affine instead of MUFU.EX2. The capped step issues two MUFU a score (tanh and 2^x) on
   // a pipe of 16 lanes a cycle an SM: at head dim 64 that outlasts the other warpgroup's two
   // products on the tensor cores, at 128 it about matches them. Kernel-only on an H100, 2 of 4
   // against none: 9-10% faster at head dim 64, within the noise at 128; 4 of 4 is 10% slower at
   // 128, where the FMA pipe's issue slots become the limit.
   static constexpr int kExp2FmaOf4 = 2;
-  float row_max[2];
+  float row_max[2];  // Bounded: the bias k (log2 units); else the running max (score units)
   float row_sum[2] = {0.f, 0.f};  // this thread's partial sums; the quad is summed in finalize
 
-  // bounded_max: Bounded's fixed row max (unused otherwise).
-  __device__ __forceinline__ explicit OnlineSoftmax(float bounded_max = 0.f)
-      : row_max{Bounded ? bounded_max : -INFINITY, Bounded ? bounded_max : -INFINITY} {}
+  // bounded_bias: Bounded's integer bias k (unused otherwise).
+  __device__ __forceinline__ explicit OnlineSoftmax(float bounded_bias = 0.f)
+      : row_max{Bounded ? bounded_bias : -INFINITY, Bounded ? bounded_bias : -INFINITY} {}
 
   // Turns scores s into unnormalised probabilities p = 2^(s*scale_log2 - max*scale_log2) and
   // returns in o_scale the factor by which the O rows accumulated so far must be multiplied.
   // M < NAcc (the trimmed first block): only the first M accumulators of the block were computed;
   // the other columns count as masked (p = 0). Unmasked: no score is -inf (a block the mask
-  // policy found fully visible), so the bounded softmax may use exp2_fma, whose range excludes it.
+  // policy found fully visible), so the bounded softmax may use exp2_fma_affine, whose range
+  // excludes it.
   template <int M = NAcc, bool Unmasked = false>
   __device__ __forceinline__ void update(float (&s)[M], float scale_log2, float (&o_scale)[2]) {
 #pragma unroll
@@ -57,7 +60,7 @@ struct OnlineSoftmax {
       // the row's sum and O.
       float max_scaled;
       if constexpr (Bounded) {
-        max_scaled = row_max[i] * scale_log2;
+        max_scaled = row_max[i];
         o_scale[i] = 1.f;
       } else {
         float mx = row_max[i];
@@ -74,8 +77,9 @@ struct OnlineSoftmax {
       for (int j = 0; j < M / 4; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float x = fmaf(s[4 * j + 2 * i + e], scale_log2, -max_scaled);
-          const float p = Bounded && Unmasked && j % 4 < kExp2FmaOf4 ? exp2_fma(x) : exp2_approx(x);
+          const float sc = s[4 * j + 2 * i + e];
+          const float p = Bounded && Unmasked && j % 4 < kExp2FmaOf4 ? exp2_fma_affine(sc, scale_log2, max_scaled)
+                                                                     : exp2_approx(fmaf(sc, scale_log2, -max_scaled));
           s[4 * j + 2 * i + e] = p;
           sum += p;
         }
@@ -92,7 +96,7 @@ struct OnlineSoftmax {
       const float l = quad_sum(row_sum[i]);
       const bool empty = !(l > 0.f);
       o_scale[i] = empty ? 0.f : 1.f / l;
-      lse[i] = empty ? -INFINITY : row_max[i] * softmax_scale + logf(l);
+      lse[i] = empty ? -INFINITY : row_max[i] * (Bounded ? kLn2 : softmax_scale) + logf(l);
     }
   }
 
@@ -105,7 +109,7 @@ struct OnlineSoftmax {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const float l = quad_sum(row_sum[i]);
-      const float m = l > 0.f ? row_max[i] * softmax_scale : -INFINITY;
+      const float m = l > 0.f ? row_max[i] * (Bounded ? kLn2 : softmax_scale) : -INFINITY;
       const float mx = fmaxf(m, sink[i]);
       if (mx == -INFINITY) {
         o_scale[i] = 0.f;
