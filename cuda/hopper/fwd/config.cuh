@@ -67,18 +67,8 @@ struct FwdTile {
   static constexpr uint32_t barrier_bytes() {
     return 8 * (1 + kv_stages() * (QkStages + 1) + 2 * kv_stages() + (persistent() ? 1 : 0));
   }
-  // Row sums by the tensor cores (head dims 64 and 128): each PV also multiplies P by a 16 x 8
-  // block of ones (wgmma m64n8k16), whose accumulator holds every row's sum of P in each of its
-  // columns, so the softmax adds no P itself (64 FADD a step at block_n 128) and needs no quad
-  // shuffle at the end; the sum is of P as packed for the PV product, as O is. The block of ones
-  // (two 128-byte core matrices, 256 bytes) sits after the barriers.
-  static constexpr bool row_sum_by_mma() { return HeadDim <= 128; }
-  static constexpr uint32_t ones_offset() {
-    return row_sum_by_mma() ? (barrier_offset() + barrier_bytes() + 127) / 128 * 128 : barrier_offset() + barrier_bytes();
-  }
-  static constexpr uint32_t ones_bytes() { return row_sum_by_mma() ? 256 : 0; }
   // +1024: the dynamic smem base is only 16-byte aligned, swizzle atoms need 1024.
-  static constexpr uint32_t smem_bytes() { return ones_offset() + ones_bytes() + 1024; }
+  static constexpr uint32_t smem_bytes() { return barrier_offset() + barrier_bytes() + 1024; }
 
   static_assert(HeadDim % 64 == 0, "head dim must be a multiple of the 64-column swizzle width");
   static_assert(chunks() % QkStages == 0, "K sub-stages must split the head dim into whole chunks");

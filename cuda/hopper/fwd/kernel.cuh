@@ -29,7 +29,6 @@
 #include <cuda.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "hopper/common/mask.cuh"
 #include "hopper/common/pipeline.cuh"
@@ -57,7 +56,6 @@ struct FwdSharedMemory {
   typename KCons::Staged::Barriers* k_bars;
   typename VCons::Staged::Barriers* v_bars;
   uint64_t* q_empty;  // persistent only
-  uint8_t* ones;      // Cfg::row_sum_by_mma(): the block of ones the row sums multiply P by
 
   __device__ __forceinline__ explicit FwdSharedMemory(uint8_t* smem_raw) {
     // The dynamic smem base is only 16-byte aligned; swizzle atoms need 1024.
@@ -70,19 +68,6 @@ struct FwdSharedMemory {
     k_bars = reinterpret_cast<typename KCons::Staged::Barriers*>(q_full + 1);
     v_bars = reinterpret_cast<typename VCons::Staged::Barriers*>(k_bars + 1);
     q_empty = reinterpret_cast<uint64_t*>(v_bars + 1);
-    ones = smem + Cfg::ones_offset();
-  }
-
-  // The block of ones, by the first 16 threads (16 bytes each), before the CTA-wide barrier that
-  // precedes any use; the fence hands the generic-proxy stores to the wgmma (async proxy) reads.
-  __device__ __forceinline__ void init_ones() const {
-    if constexpr (Cfg::row_sum_by_mma()) {
-      if (threadIdx.x < Cfg::ones_bytes() / 16) {
-        const uint32_t one2 = std::is_same_v<T, __half> ? 0x3C003C00u : 0x3F803F80u;  // two 1.0 of T
-        reinterpret_cast<uint4*>(ones)[threadIdx.x] = make_uint4(one2, one2, one2, one2);
-        fence_proxy_async_smem();
-      }
-    }
   }
 
   // One thread, before the CTA-wide barrier that precedes any use.
@@ -94,17 +79,6 @@ struct FwdSharedMemory {
     fence_mbarrier_init();
   }
 };
-
-// Cfg::row_sum_by_mma(): the descriptor of the block of ones (two 128-byte core matrices, either
-// stride: every element is 1); else 0.
-template <class Cfg>
-__device__ __forceinline__ uint64_t fwd_ones_desc(const uint8_t* sQ) {
-  if constexpr (Cfg::row_sum_by_mma()) {
-    return MmaSmemDescriptor::plain(sQ + Cfg::ones_offset() - Cfg::q_offset(), 128, 128).bits;
-  } else {
-    return 0;
-  }
-}
 
 // The tile's mask policy: the batch entry's lengths and ids (kVariant), else the shape alone.
 template <MaskKind M>
@@ -192,8 +166,7 @@ __device__ __forceinline__ void fwd_consumer(int c, uint8_t* sQ, uint8_t* sK, ui
 
   TmaConsumerPipeline<T, Cfg, true> k(k_bars, sK);
   TmaConsumerPipeline<T, Cfg, false> v(v_bars, sV);
-  OnlineSoftmax<N / 2, Cap == ScoreCap::kBounded, Cfg::row_sum_by_mma()> softmax(
-      args.bounded_bias, fwd_ones_desc<Cfg>(sQ));
+  OnlineSoftmax<N / 2, Cap == ScoreCap::kBounded> softmax(args.bounded_bias);
   float o[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -261,7 +234,6 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     tma_prefetch_map(&tm_v);
     sm.init_barriers();
   }
-  sm.init_ones();
   __syncthreads();
 
   if (wg == 0) {
@@ -327,8 +299,7 @@ __device__ __forceinline__ void fwd_consumer_persistent(int c, uint8_t* sQ, uint
     int begin, end;
     tile_key_blocks<N>(mask, m0, Cfg::block_m(), lane, &begin, &end);
 
-    OnlineSoftmax<N / 2, Cap == ScoreCap::kBounded, Cfg::row_sum_by_mma()> softmax(
-      args.bounded_bias, fwd_ones_desc<Cfg>(sQ));
+    OnlineSoftmax<N / 2, Cap == ScoreCap::kBounded> softmax(args.bounded_bias);
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -391,7 +362,6 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     tma_prefetch_map(&tm_o);
     sm.init_barriers();
   }
-  sm.init_ones();
   __syncthreads();
 
   if (wg == 0) {

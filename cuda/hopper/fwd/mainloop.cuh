@@ -108,11 +108,9 @@ __device__ __forceinline__ void with_first_width(int ksteps, First&& first) {
 
 // O += P V: P (block_n keys) from registers in k-steps of 16 keys; V rows are 128 bytes apart.
 // NE < block_n (the trimmed first block): only the first NE keys (P is 0 past them).
-// Softmax::kSumByMma: each k-step also adds P times the block of ones to the row sums, in the
-// same group (they retire with O).
-template <class T, class Cfg, int NE = Cfg::block_n(), class VPipe, class Softmax>
+template <class T, class Cfg, int NE = Cfg::block_n(), class VPipe>
 __device__ __forceinline__ void issue_pv(float (&o)[Cfg::head_dim() / 2],
-                                         const uint32_t (&p)[Cfg::block_n() / 4], VPipe& v, Softmax& softmax) {
+                                         const uint32_t (&p)[Cfg::block_n() / 4], VPipe& v) {
   using Tag = typename WgmmaTag<T>::type;
   v.wait(0);
   wgmma_fence();
@@ -121,7 +119,6 @@ __device__ __forceinline__ void issue_pv(float (&o)[Cfg::head_dim() / 2],
   for (int kk = 0; kk < NE / 16; ++kk) {
     const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
     WgmmaRS<Tag, Cfg::head_dim()>::mma(o, a, b.plus_bytes(kk * 16 * 128).bits, 1u);
-    if constexpr (Softmax::kSumByMma) WgmmaRS<Tag, 8>::mma(softmax.mma_sum, a, softmax.ones_desc, 1u);
   }
   wgmma_commit();
 }
@@ -267,7 +264,7 @@ __device__ __forceinline__ void fwd_pipelined_step(int kb, const uint8_t* q_tile
   constexpr int N = Cfg::block_n();
   named_barrier_sync(sched_mine, kSchedThreads);
   issue_qk<T, Cfg>(s, q_tile, k);             // S for block kb ...
-  issue_pv<T, Cfg, PvKeys>(o, p, v, softmax);  // ... while O takes block kb + 1
+  issue_pv<T, Cfg, PvKeys>(o, p, v);          // ... while O takes block kb + 1
   named_barrier_arrive(sched_next, kSchedThreads);
   wgmma_wait<1>();  // S done (groups retire in order), PV may still run
   fence_regs(s);
@@ -278,12 +275,10 @@ __device__ __forceinline__ void fwd_pipelined_step(int kb, const uint8_t* q_tile
   softmax.template update<N / 2, !Tested>(s, scale_log2, o_scale);
   wgmma_wait<0>();
   fence_regs(o);
-  if constexpr (Softmax::kSumByMma) fence_regs(softmax.mma_sum);
   fence_regs(p);  // the RS wgmma read p asynchronously: keep its registers until here
   v.release(elected);
   v.advance();
   if constexpr (!Softmax::kBounded) rescale_o<Cfg>(o, o_scale);
-  softmax.rescale_sum(o_scale);
 #pragma unroll
   for (int q = 0; q < N / 4; ++q) p[q] = pack2<T>(s[2 * q], s[2 * q + 1]);
 }
@@ -359,10 +354,9 @@ __device__ __forceinline__ void consume_tile(const uint8_t* q_tile, KPipe& k, VP
   } else {
     for (--n; n >= mine_begin; --n) step(Full{}, n, Tested{});
   }
-  issue_pv<T, Cfg>(o, p, v, softmax);
+  issue_pv<T, Cfg>(o, p, v);
   wgmma_wait<0>();
   fence_regs(o);
-  if constexpr (Softmax::kSumByMma) fence_regs(softmax.mma_sum);
   fence_regs(p);
   v.release(elected);
   v.advance();

@@ -28,14 +28,9 @@ __device__ __forceinline__ float quad_sum(float v) {
 // 2^(scale_log2 - k) (the host's condition, ScoreCap::kBounded). No max, no shuffles, no o_scale
 // exponentials and no O rescale a block; the LSE is k ln 2 + log(sum). k integer lets exp2_fma_affine
 // round and reduce the exponent in the FMAs that form it.
-//
-// SumByMma: the row sums come from the tensor cores (FwdTile::row_sum_by_mma): issue_pv also
-// multiplies P by a block of ones into mma_sum (a m64n8 accumulator: columns 2 (lane % 4) + e of
-// rows r and r + 8, each the row's whole sum), rescaled with O (rescale_sum); update adds nothing.
-template <int NAcc, bool Bounded = false, bool SumByMma = false>
+template <int NAcc, bool Bounded = false>
 struct OnlineSoftmax {
   static constexpr bool kBounded = Bounded;
-  static constexpr bool kSumByMma = SumByMma;
   static constexpr float kLn2 = 0.693147180559945309f;
   // Bounded, on blocks without a mask: of every 4 column pairs j, the first kExp2FmaOf4 take 2^x
   // from exp2_fma_affine instead of MUFU.EX2. The capped step issues two MUFU a score (tanh and 2^x) on
@@ -45,32 +40,11 @@ struct OnlineSoftmax {
   // 128, where the FMA pipe's issue slots become the limit.
   static constexpr int kExp2FmaOf4 = 2;
   float row_max[2];  // Bounded: the bias k (log2 units); else the running max (score units)
-  float row_sum[2] = {0.f, 0.f};  // !SumByMma: this thread's partial sums; the quad is summed in finalize
-  float mma_sum[4] = {0.f, 0.f, 0.f, 0.f};  // SumByMma: P times ones, row r in [0], r + 8 in [2]
-  uint64_t ones_desc;                        // SumByMma: the block of ones (MmaSmemDescriptor)
+  float row_sum[2] = {0.f, 0.f};  // this thread's partial sums; the quad is summed in finalize
 
-  // bounded_bias: Bounded's integer bias k (unused otherwise); ones: SumByMma's descriptor.
-  __device__ __forceinline__ explicit OnlineSoftmax(float bounded_bias = 0.f, uint64_t ones = 0)
-      : row_max{Bounded ? bounded_bias : -INFINITY, Bounded ? bounded_bias : -INFINITY}, ones_desc(ones) {}
-
-  // SumByMma, online: the sums follow O, so they take O's rescale (after the PV that adds to them
-  // retired).
-  __device__ __forceinline__ void rescale_sum(const float (&o_scale)[2]) {
-    if constexpr (SumByMma && !Bounded) {
-      mma_sum[0] *= o_scale[0];
-      mma_sum[1] *= o_scale[0];
-      mma_sum[2] *= o_scale[1];
-      mma_sum[3] *= o_scale[1];
-    }
-  }
-  // This thread's sum of row i (0: its first row, 1: row + 8), over the whole row.
-  __device__ __forceinline__ float total(int i) const {
-    if constexpr (SumByMma) {
-      return mma_sum[2 * i];
-    } else {
-      return quad_sum(row_sum[i]);
-    }
-  }
+  // bounded_bias: Bounded's integer bias k (unused otherwise).
+  __device__ __forceinline__ explicit OnlineSoftmax(float bounded_bias = 0.f)
+      : row_max{Bounded ? bounded_bias : -INFINITY, Bounded ? bounded_bias : -INFINITY} {}
 
   // Turns scores s into unnormalised probabilities p = 2^(s*scale_log2 - max*scale_log2) and
   // returns in o_scale the factor by which the O rows accumulated so far must be multiplied.
@@ -98,7 +72,7 @@ struct OnlineSoftmax {
         o_scale[i] = exp2_approx(row_max[i] * scale_log2 - max_scaled);
         row_max[i] = mx;
       }
-      [[maybe_unused]] float sum = 0.f;
+      float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < M / 4; ++j) {
 #pragma unroll
@@ -107,10 +81,10 @@ struct OnlineSoftmax {
           const float p = Bounded && Unmasked && j % 4 < kExp2FmaOf4 ? exp2_fma_affine(sc, scale_log2, max_scaled)
                                                                      : exp2_approx(fmaf(sc, scale_log2, -max_scaled));
           s[4 * j + 2 * i + e] = p;
-          if constexpr (!SumByMma) sum += p;
+          sum += p;
         }
       }
-      if constexpr (!SumByMma) row_sum[i] = Bounded ? row_sum[i] + sum : row_sum[i] * o_scale[i] + sum;
+      row_sum[i] = Bounded ? row_sum[i] + sum : row_sum[i] * o_scale[i] + sum;
     }
   }
 
@@ -119,7 +93,7 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void finalize(float softmax_scale, float (&o_scale)[2], float (&lse)[2]) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const float l = total(i);
+      const float l = quad_sum(row_sum[i]);
       const bool empty = !(l > 0.f);
       o_scale[i] = empty ? 0.f : 1.f / l;
       lse[i] = empty ? -INFINITY : row_max[i] * (Bounded ? kLn2 : softmax_scale) + logf(l);
@@ -134,7 +108,7 @@ struct OnlineSoftmax {
                                                      float (&lse)[2]) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const float l = total(i);
+      const float l = quad_sum(row_sum[i]);
       const float m = l > 0.f ? row_max[i] * (Bounded ? kLn2 : softmax_scale) : -INFINITY;
       const float mx = fmaxf(m, sink[i]);
       if (mx == -INFINITY) {

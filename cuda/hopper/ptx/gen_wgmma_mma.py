@@ -5,9 +5,8 @@ Run: python3 cuda/hopper/ptx/gen_wgmma_mma.py > cuda/hopper/ptx/wgmma_mma.cuh
 """
 
 # 16-48: the forward's trimmed first key block (S over only the columns it can see).
-# 8: the forward's row sums (P times a column block of ones).
 # 40 and 80: the hd256 backward's 64 x 80 key blocks (S / dP per warpgroup m64n40, dK^T / dV^T m64n80).
-NS = sorted(set(range(16, 257, 16)) | {8, 40})
+NS = sorted(set(range(16, 257, 16)) | {40})
 DTYPES = [("bf16", "Bf16"), ("f16", "F16")]
 
 

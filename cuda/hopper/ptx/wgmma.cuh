@@ -24,17 +24,6 @@ struct MmaSmemDescriptor {
     d |= uint64_t(1) << 62;                            // bits 62-63: 1 = 128-byte swizzle
     return {d};
   }
-  // No swizzle, core matrices `lbo_bytes` / `sbo_bytes` apart: for a tile whose every element is
-  // equal (the forward's block of ones), where the layout only has to stay inside it.
-  __device__ __forceinline__ static MmaSmemDescriptor plain(const void* smem, uint32_t lbo_bytes,
-                                                            uint32_t sbo_bytes) {
-    const uint64_t addr = smem_addr(smem);
-    uint64_t d = 0;
-    d |= (addr & 0x3FFFF) >> 4;
-    d |= uint64_t((lbo_bytes >> 4) & 0x3FFF) << 16;
-    d |= uint64_t((sbo_bytes >> 4) & 0x3FFF) << 32;
-    return {d};  // bits 62-63: 0 = no swizzle
-  }
   // Same layout, start moved by `bytes` (a multiple of 16): how a k-step inside a swizzle atom
   // (32 bytes per 16 elements) or a whole-atom step is addressed.
   __device__ __forceinline__ MmaSmemDescriptor plus_bytes(uint32_t bytes) const {
