@@ -20,14 +20,14 @@ namespace fa4::hopper {
 // a thread), a kRows warp a quarter of a 64-row tile's.
 enum class DecodeWarpSplit { kKeys, kRows };
 
+// The most packed rows a (batch, kv head) pair may have for the decode path: beyond that the query
+// tiles fill the GPU and the training forward's tensor-core tiles are the better kernel.
+constexpr int kDecodeMaxRows = 64;
 // Rows (packed query heads x positions) one decode CTA holds: 16 per m16 MMA row tile. A pair
-// with at most 16 rows takes one 16-row kKeys tile; more rows (up to kDecodeMaxRows = 64) one
-// 64-row tile, kKeys at head dim 64 (128 output registers a thread), kRows at 128 and 256 (64 and
-// 128), so every row of a (batch, kv head) pair reads K and V once.
-constexpr int decode_max_rows_per_cta(int64_t) { return 64; }
-constexpr int decode_rows_per_cta(int64_t head_dim, int64_t rows) {
-  return rows <= 16 ? 16 : decode_max_rows_per_cta(head_dim);
-}
+// with at most 16 rows takes one 16-row kKeys tile; more rows one kDecodeMaxRows-row tile, kKeys
+// at head dim 64 (128 output registers a thread), kRows at 128 and 256 (64 and 128), so every row
+// of a (batch, kv head) pair reads K and V once.
+constexpr int decode_rows_per_cta(int64_t rows) { return rows <= 16 ? 16 : kDecodeMaxRows; }
 constexpr DecodeWarpSplit decode_warp_split(int64_t head_dim, int rows_per_cta) {
   return rows_per_cta > 16 && head_dim > 64 ? DecodeWarpSplit::kRows : DecodeWarpSplit::kKeys;
 }
@@ -43,9 +43,6 @@ constexpr int decode_max_ctas_per_sm(int64_t head_dim, int rows_per_cta) {
 
 // Keys per pipeline stage (each of the four consumer warps takes 16 of them).
 constexpr int kDecodeBlockN = 64;
-// The most packed rows a (batch, kv head) pair may have for the decode path: beyond that the query
-// tiles fill the GPU and the training forward's tensor-core tiles are the better kernel.
-constexpr int kDecodeMaxRows = 64;
 // SMs the split count plans for (H100 SXM and H200). The plan is a function of the static shape
 // alone (the workspace size is fixed at lowering); on a GPU with other counts only the balance of
 // the waves changes.
@@ -76,7 +73,7 @@ constexpr int64_t decode_split_count(int64_t pairs, int64_t blocks, int64_t slot
 struct DecodePlan {
   bool use = false;
   int rows = 0;          // packed rows of one (batch, kv head) pair: group * seq_q
-  int rows_per_cta = 0;  // decode_rows_per_cta(head_dim, rows)
+  int rows_per_cta = 0;  // decode_rows_per_cta(rows)
   int row_tiles = 0;     // ceil(rows / rows_per_cta)
   int splits = 0;        // CTAs over one pair's key range
   int ctas_per_sm = 0;   // resident CTAs per SM the kernel is built for (1 or 2)
@@ -108,7 +105,7 @@ inline DecodePlan decode_tiling(int64_t batch, int64_t seq_q, int64_t seq_k, int
   if (rows > kDecodeMaxRows) return plan;
   plan.use = true;
   plan.rows = int(rows);
-  plan.rows_per_cta = decode_rows_per_cta(head_dim, rows);
+  plan.rows_per_cta = decode_rows_per_cta(rows);
   plan.row_tiles = int((rows + plan.rows_per_cta - 1) / plan.rows_per_cta);
   const int64_t pairs = batch * heads_kv * plan.row_tiles;
   const int64_t blocks = (seq_k + kDecodeBlockN - 1) / kDecodeBlockN;
@@ -128,17 +125,20 @@ inline DecodePlan decode_tiling(int64_t batch, int64_t seq_q, int64_t seq_k, int
   return plan;
 }
 
+// The rows one kKeys tile held before the 64-row kRows tile (its float32 output within 128
+// registers a thread): the MHA rule below still routes by it.
+constexpr int64_t decode_kkeys_max_rows(int64_t head_dim) { return head_dim == 64 ? 64 : head_dim == 128 ? 32 : 16; }
+
 // The library's choice: the decode kernel where decode_tiling allows it, except problems without
-// GQA with enough (batch, head) pairs to fill the GPU and more rows than 64 / 32 / 16 at head dims
-// 64 / 128 / 256, which the one-tile forward streams (K and V read once per head): the rows where
-// the earlier kKeys tiles (64 / 32 / 16 rows) took several tiles, each reading K and V again; the
-// 64-row kRows tile has not been timed against the one-tile forward there. With one 16-row tile
+// GQA with enough (batch, head) pairs to fill the GPU and more rows than decode_kkeys_max_rows,
+// which the one-tile forward streams (K and V read once per head): there the kKeys tiles took
+// several tiles, each reading K and V again; the 64-row kRows tile has not been timed against the
+// one-tile forward there. With one 16-row tile
 // the decode kernel streams faster (H200, 8 x 32768, 16 heads, one query: 4,190 GB/s against 4,100).
 inline DecodePlan decode_plan(int64_t batch, int64_t seq_q, int64_t seq_k, int64_t heads_q, int64_t heads_kv,
                               int64_t head_dim) {
   const DecodePlan plan = decode_tiling(batch, seq_q, seq_k, heads_q, heads_kv, head_dim);
-  const int64_t one_tile_rows = head_dim == 64 ? 64 : head_dim == 128 ? 32 : 16;
-  if (heads_q == heads_kv && batch * heads_q >= kDecodeMhaTrainingPairs && plan.rows > one_tile_rows)
+  if (heads_q == heads_kv && batch * heads_q >= kDecodeMhaTrainingPairs && plan.rows > decode_kkeys_max_rows(head_dim))
     return DecodePlan{};
   return plan;
 }

@@ -89,7 +89,7 @@ std::string launch_decode_dtype(const FwdProblem& p, const DecodePlan& plan, cud
   // position) at one or two CTAs per SM (DecodePlan::ctas_per_sm), or the 64-row tile
   // (decode_rows_per_cta; kKeys at head dim 64, kRows at 128 and 256) at one.
   const bool one_tile = plan.rows_per_cta == 16, two = plan.ctas_per_sm == 2;
-  constexpr int kBig = decode_max_rows_per_cta(0);
+  constexpr int kBig = kDecodeMaxRows;
   static_assert(decode_max_ctas_per_sm(64, kBig) == 1 && decode_max_ctas_per_sm(256, kBig) == 1 &&
                     decode_max_ctas_per_sm(128, kBig) == 1 && decode_max_ctas_per_sm(256, 16) == 1,
                 "the instantiations below");
