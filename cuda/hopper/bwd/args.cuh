@@ -67,14 +67,16 @@ FA4_HOST_DEVICE_INLINE bool bwd_band_bounded(const BwdArgs& a) {
 // (and at hd256 P^T) is in shared memory.
 constexpr uint32_t kBwdBarPds = 1;
 constexpr uint32_t kBwdConsumerThreads = 256;
-// The shared dQ tile's full (consumers arrive, writer warp syncs) and empty (writer arrives,
-// consumers sync) barriers, both counting the two consumer warpgroups + the writer warp.
-constexpr uint32_t kBwdBarDqFull = 2;
-constexpr uint32_t kBwdBarDqEmpty = 3;
-constexpr uint32_t kBwdDqBarrierThreads = kBwdConsumerThreads + 32;
 // Deterministic mode with the consumers' own dQ adds (hd256): both consumer warpgroups, twice per
 // step, around the adds (dq_tile_wait, dq_tile_signal).
 constexpr uint32_t kBwdBarDq = 4;
+// hd64 / hd128: each consumer warpgroup's piece of the shared dQ tile has its own full (the
+// warpgroup arrives, the writer warp syncs) and empty (the writer arrives, the warpgroup syncs)
+// barrier, ids kBwdBarDqFull + wg and kBwdBarDqEmpty + wg, counting that warpgroup and the writer
+// warp: the warpgroups meet once a step (kBwdBarPds), not again around dQ.
+constexpr uint32_t kBwdBarDqFull = 2;   // 2, 3
+constexpr uint32_t kBwdBarDqEmpty = 5;  // 5, 6
+constexpr uint32_t kBwdDqBarrierThreads = 128 + 32;
 
 // Racecheck diagnostics (docs/hopper-kernels.md, "The lse / delta racecheck report"); both off in
 // every shipped build, where they change nothing.

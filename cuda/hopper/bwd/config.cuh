@@ -73,6 +73,10 @@ struct BwdTile {
   static constexpr uint32_t vec_bytes() { return uint32_t(BlockM) * 4; }  // lse or delta of a tile
   // The float32 block_m x head_dim dQ tile, in dq_accum's fragment order.
   static constexpr uint32_t dq_tile_bytes() { return uint32_t(BlockM) * HeadDim * 4; }
+  // Consumer warpgroup c's piece of it (64 rows x dq_cols: dq_frag_offset's c-th block), which
+  // the writer adds alone as soon as that warpgroup has staged it.
+  static constexpr int dq_piece_floats() { return 64 * dq_cols(); }
+  static constexpr uint32_t dq_piece_bytes() { return uint32_t(dq_piece_floats()) * 4; }
 
   static constexpr uint32_t k_offset() { return 0; }
   static constexpr uint32_t v_offset() { return k_offset() + kv_tile_bytes(); }
@@ -138,6 +142,11 @@ struct BwdTile {
                 "register split must fit the CTA's entry allocation (3 x 168 per 128 threads)");
   static_assert(smem_bytes() <= 232448, "shared memory per block is at most 227 KB");
   static_assert(dq_offset() % 1024 == 0 && dq_tile_bytes() % 16 == 0, "bulk copy alignment");
+  static_assert(consumer_warpgroups() == 2 && 2 * dq_piece_bytes() == dq_tile_bytes(),
+                "one dQ piece per consumer warpgroup (their barriers: kBwdBarDqFull + wg)");
+  // The warpgroups meet once a step (kBwdBarPds), so one's dS^T(t + 1) store may overlap the
+  // other's dQ(t) read: only the second dS^T buffer keeps them apart (bwd_protocol_model.py).
+  static_assert(pds_stages() >= 2, "the dS^T double buffer orders the warpgroups' dQ reads");
 };
 
 // The hd256 geometry: 64 queries x 80 keys (FA3's hd256 shape on Hopper). See kernel_kv80.cuh.

@@ -92,11 +92,11 @@ __device__ __forceinline__ void dq_tile_signal(int* sem, int rank, bool signalle
   if (signaller) st_release_gpu(sem, rank + 1);
 }
 
-// Consumer side of one step's dQ. Waits until the writer warp has finished reading the
-// shared dQ tile of the previous step (kBwdBarDqEmpty), writes this warpgroup's piece in fragment
-// order (Cfg::dq_frag_offset: a warp's float2 stores cover 256 contiguous bytes, no bank
-// conflict), makes the generic-proxy stores visible to the async proxy, and signals the writer
-// without waiting (kBwdBarDqFull).
+// Consumer side of one step's dQ. Waits until the writer warp has finished reading this
+// warpgroup's piece of the shared dQ tile of the previous step (its kBwdBarDqEmpty), writes the
+// piece in fragment order (Cfg::dq_frag_offset: a warp's float2 stores cover 256 contiguous
+// bytes, no bank conflict), makes the generic-proxy stores visible to the async proxy, and
+// signals the writer without waiting (its kBwdBarDqFull). The other warpgroup is not waited for.
 template <class Cfg>
 __device__ __forceinline__ void stage_dq_tile(const float (&dq)[Cfg::dq_cols() / 2]) {
   // The tile's 32-bit shared address and this thread's place in it are recomputed here from
@@ -106,9 +106,10 @@ __device__ __forceinline__ void stage_dq_tile(const float (&dq)[Cfg::dq_cols() /
   uint32_t tid;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
   const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t wg = tid / 128 - 1;
   const uint32_t base = raw + ((1024 - (raw & 1023)) & 1023) + Cfg::dq_offset() +
-                        4 * uint32_t(Cfg::dq_frag_offset(int(tid / 128) - 1, int(tid % 128), 0));
-  named_barrier_sync(kBwdBarDqEmpty, kBwdDqBarrierThreads);
+                        4 * uint32_t(Cfg::dq_frag_offset(int(wg), int(tid % 128), 0));
+  named_barrier_sync(kBwdBarDqEmpty + wg, kBwdDqBarrierThreads);
 #pragma unroll
   for (int u = 0; u < Cfg::dq_cols() / 4; ++u) {
     static_assert(Cfg::dq_frag_offset(0, 0, 2) == 256, "one register pair = 128 threads x 2 floats");
@@ -116,18 +117,33 @@ __device__ __forceinline__ void stage_dq_tile(const float (&dq)[Cfg::dq_cols() /
                  : "memory");
   }
   fence_proxy_async_smem();
-  named_barrier_arrive(kBwdBarDqFull, kBwdDqBarrierThreads);
+  named_barrier_arrive(kBwdBarDqFull + wg, kBwdDqBarrierThreads);
+}
+
+// The writer's pre-arrival on both pieces' empty barriers, so the consumers' first waits pass.
+__device__ __forceinline__ void dq_pieces_free() {
+  named_barrier_arrive(kBwdBarDqEmpty, kBwdDqBarrierThreads);
+  named_barrier_arrive(kBwdBarDqEmpty + 1, kBwdDqBarrierThreads);
+}
+
+// The writer frees piece w of the shared tile for the next step once the bulk engine has read it
+// (lane 0 waits; the warp then arrives).
+__device__ __forceinline__ void dq_piece_free(int w, int lane) {
+  if (lane == 0) bulk_wait_read();
+  __syncwarp();
+  named_barrier_arrive(kBwdBarDqEmpty + uint32_t(w), kBwdDqBarrierThreads);
 }
 
 // The dQ writer, warp 1 of the producer warpgroup (all 32 lanes: the named barriers
-// count whole warps). Per step, in the consumers' (head, query block) order: wait for both
-// consumer warpgroups' pieces (kBwdBarDqFull), lane 0 adds the whole block_m x head_dim tile to
-// dq_accum with one bulk reduce-add, waits until the bulk engine has read the shared tile, and
-// the warp frees it (kBwdBarDqEmpty; one pre-arrival so the consumers' first wait passes, none
-// after the last step so no barrier generation is left open). THE place where dQ reaches global
-// memory, so deterministic mode orders the adds here: lane 0 waits on the
-// (batch, head, query block) semaphore before bulk_reduce_add_f32 and, after bulk_wait_all(),
-// hands the block to the next key block.
+// count whole warps). Per step, in the consumers' (head, query block) order, for each consumer
+// warpgroup's piece in turn: wait until that warpgroup has staged it (its kBwdBarDqFull), lane 0
+// adds the piece to dq_accum with one bulk reduce-add, waits until the bulk engine has read it,
+// and the warp frees it (its kBwdBarDqEmpty; one pre-arrival each so the consumers' first waits
+// pass, none after the last step so no barrier generation is left open). A warpgroup thus waits
+// only for its own previous piece to be read, never for the other warpgroup's staging. THE place
+// where dQ reaches global memory, so deterministic mode orders the adds here: lane 0 waits on the
+// (batch, head, query block) semaphore before the first piece's reduce and, after the second's
+// and bulk_wait_all(), hands the block to the next key block.
 template <class Cfg, MaskKind K>
 __device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args, int n0, int kv_head, int batch,
                                               int lane) {
@@ -136,12 +152,14 @@ __device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args
   const int total_steps = m_end > m_begin ? args.group * (m_end - m_begin) : 0;
   if (total_steps == 0) return;
   const float* sdq = reinterpret_cast<const float*>(smem + Cfg::dq_offset());
-  named_barrier_arrive(kBwdBarDqEmpty, kBwdDqBarrierThreads);
+  dq_pieces_free();
   int step = 0;
   for (int g = 0; g < args.group; ++g) {
     const int head = kv_head * args.group + g;
     float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
     for (int m = m_begin; m < m_end; ++m) {
+      float* dq_tile = dq_rows + int64_t(m) * Cfg::block_m() * Cfg::head_dim();
+      const bool more = ++step < total_steps;
       named_barrier_sync(kBwdBarDqFull, kBwdDqBarrierThreads);
       // Deterministic mode: this key block's place in m's order (bwd_dq_rank).
       int* sem = args.deterministic ? args.dq_sem + (int64_t(batch) * args.heads_q + head) * (args.seq_q_pad / 64) + m
@@ -152,8 +170,8 @@ __device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args
         // The mask from consumer warp 0's shared copy (written before its first DqFull arrival).
         if (sem) vrank = bwd_dq_rank_variant<Cfg>(args, bwd_variant_mask<Cfg>(smem, args, 0), n0 / Cfg::block_n(), m);
       }
+      int rank = 0;
       if (lane == 0) {
-        int rank;
         if constexpr (K == MaskKind::kVariant) {
           rank = vrank;
         } else {
@@ -164,30 +182,33 @@ __device__ __forceinline__ void bwd_dq_writer(uint8_t* smem, const BwdArgs& args
           }
           fence_proxy_async_global();  // the bulk reduce (async proxy) after the acquire
         }
-        bulk_reduce_add_f32(dq_rows + int64_t(m) * Cfg::block_m() * Cfg::head_dim(), sdq, Cfg::dq_tile_bytes());
+        bulk_reduce_add_f32(dq_tile, sdq, Cfg::dq_piece_bytes());
+        bulk_commit();
+      }
+      if (more) dq_piece_free(0, lane);
+      __syncwarp();  // lane 0's spin and reduce reconverge before the (aligned) bar.sync
+      named_barrier_sync(kBwdBarDqFull + 1, kBwdDqBarrierThreads);
+      if (lane == 0) {
+        bulk_reduce_add_f32(dq_tile + Cfg::dq_piece_floats(), sdq + Cfg::dq_piece_floats(), Cfg::dq_piece_bytes());
         bulk_commit();
         if (sem) {
-          bulk_wait_all();             // the reduce's global writes are done ...
+          bulk_wait_all();             // both pieces' global writes are done ...
           fence_proxy_async_global();  // ... and ordered before the generic-proxy release
           __threadfence();
           st_release_gpu(sem, rank + 1);
         }
       }
-      if (++step < total_steps) {
-        if (lane == 0) bulk_wait_read();
-        __syncwarp();
-        named_barrier_arrive(kBwdBarDqEmpty, kBwdDqBarrierThreads);
-      }
+      if (more) dq_piece_free(1, lane);
     }
   }
   if (lane == 0) bulk_wait_all();  // source reads and global writes done before the CTA exits
 }
 
-// The persistent kernel's dQ writer: bwd_dq_writer's protocol run on across tiles (one DqEmpty
-// pre-arrival at the start, an arrival after every step but the CTA's very last). At a tile's
-// last step it peeks at the next tile id (published by the loader once it has issued all of this
-// tile's loads, which it has: this step's DqFull means its Q/dO arrived) to know whether that step
-// is the last one.
+// The persistent kernel's dQ writer: bwd_dq_writer's protocol run on across tiles (one
+// pre-arrival per piece at the start, an arrival after every step but the CTA's very last). At a
+// tile's last step, once the first piece is staged, it peeks at the next tile id (published by
+// the loader once it has issued all of this tile's loads, which it has: that piece's DqFull means
+// this step's Q/dO arrived) to know whether that step is the last one.
 template <class Cfg, MaskKind K>
 __device__ __forceinline__ void bwd_dq_writer_persistent(uint8_t* smem, const BwdArgs& args, uint64_t* tile_full,
                                                          uint64_t* tile_empty, const int* ids, int lane) {
@@ -196,7 +217,7 @@ __device__ __forceinline__ void bwd_dq_writer_persistent(uint8_t* smem, const Bw
   mbarrier_wait(&tile_full[0], 0);
   int id = BwdPersistentScheduler::read_tile_id(ids, tile_empty, 0);
   if (id < 0) return;
-  named_barrier_arrive(kBwdBarDqEmpty, kBwdDqBarrierThreads);
+  dq_pieces_free();
   while (true) {
     int n_block, kv_head, batch, m_begin, m_end;
     BwdPersistentScheduler::tile_coords(args, id, &n_block, &kv_head, &batch);
@@ -208,9 +229,10 @@ __device__ __forceinline__ void bwd_dq_writer_persistent(uint8_t* smem, const Bw
       const int head = kv_head * args.group + g;
       float* dq_rows = args.dq_accum + (int64_t(batch) * args.heads_q + head) * args.seq_q_pad * Cfg::head_dim();
       for (int m = m_begin; m < m_end; ++m) {
+        float* dq_tile = dq_rows + int64_t(m) * Cfg::block_m() * Cfg::head_dim();
         named_barrier_sync(kBwdBarDqFull, kBwdDqBarrierThreads);
         if (lane == 0) {
-          bulk_reduce_add_f32(dq_rows + int64_t(m) * Cfg::block_m() * Cfg::head_dim(), sdq, Cfg::dq_tile_bytes());
+          bulk_reduce_add_f32(dq_tile, sdq, Cfg::dq_piece_bytes());
           bulk_commit();
         }
         bool more = true;
@@ -219,11 +241,14 @@ __device__ __forceinline__ void bwd_dq_writer_persistent(uint8_t* smem, const Bw
           next = BwdPersistentScheduler::read_tile_id(ids, tile_empty, it + 1);
           more = next >= 0;
         }
-        if (more) {
-          if (lane == 0) bulk_wait_read();
-          __syncwarp();
-          named_barrier_arrive(kBwdBarDqEmpty, kBwdDqBarrierThreads);
+        if (more) dq_piece_free(0, lane);
+        __syncwarp();  // lane 0's reduce reconverges before the (aligned) bar.sync
+        named_barrier_sync(kBwdBarDqFull + 1, kBwdDqBarrierThreads);
+        if (lane == 0) {
+          bulk_reduce_add_f32(dq_tile + Cfg::dq_piece_floats(), sdq + Cfg::dq_piece_floats(), Cfg::dq_piece_bytes());
+          bulk_commit();
         }
+        if (more) dq_piece_free(1, lane);
       }
     }
     ++it;

@@ -146,8 +146,8 @@ __device__ __forceinline__ bool bwd_variant_step_needs_ids(uint8_t* smem, int m0
 }
 
 // The batch entry's band-and-lengths mask with its segment ids, from the warp's copy.
-// warp as for bwd_variant_slot: the dQ writer reads consumer warp 0's copy, which its first DqFull
-// barrier orders after the write.
+// warp as for bwd_variant_slot: the dQ writer reads consumer warp 0's copy, which its first sync
+// on warpgroup 0's DqFull barrier orders after the write.
 template <class Cfg>
 __device__ __forceinline__ TileMask<MaskKind::kVariant> bwd_variant_mask(uint8_t* smem, const BwdArgs& args,
                                                                          int warp = -1) {

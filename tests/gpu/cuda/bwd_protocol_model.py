@@ -16,7 +16,8 @@ Kernels (the named configurations of cuda/hopper/bwd/config.cuh):
                      issued behind this step's dQ, dS^T double-buffered, one Pds barrier per
                      step, the last step's dQ peeled with no look-ahead after it),
                      stage_dq_tile and bwd_dq_writer (dq_writer.cuh: the shared float32 dQ
-                     tile, DqFull / DqEmpty, one bulk reduce-add per step).
+                     tile, one piece per consumer warpgroup with its own DqFull / DqEmpty, one
+                     bulk reduce-add per piece).
   'hd64/hd128 det'   the same in deterministic mode: the writer's lane 0 waits until the
                      previous key block released the query block's semaphore, adds, waits for
                      the global writes (bulk_wait_all) and releases rank + 1.
@@ -44,17 +45,15 @@ deterministic mode each semaphore release finds all of the step's adds landed, i
 
 Mutations (--mutate; each must make some trial fail, so the model does see that bug):
   hd64/hd128: 'no_dq_empty_wait' (the consumers store their dQ pieces without the DqEmpty
-  bar.sync), 'no_wait_read' (the writer frees the dQ tile before the bulk engine read it),
+  bar.sync), 'no_wait_read' (the writer frees a dQ piece before the bulk engine read it),
+  'single_pds_buffer' (one dS^T buffer: a warpgroup's dS^T(t + 1) store would overwrite what the
+  other's dQ(t) still reads, since the warpgroups meet only at the Pds barrier),
   'release_early' (det: the semaphore released before bulk_wait_all); hd128 persistent: 'kv_load_without_empty' (next tile's K/V loaded without the
   kv_empty wait), 'kv_empty_before_epilogue' (kv_empty arrived before the dK / dV staging in V was
   read back), 'kv_empty_before_last_dq' (kv_empty arrived before the last step's dQ, which reads
   K, retired); hd256: 'single_pds_buffer', 'do_release_early' (dO freed before dV^T retired),
   'no_epilogue_barrier' (dK/dV staged over the rings without the first epilogue barrier),
   'release_early' (det: the semaphore released before the other warpgroup's adds are fenced).
-  ('single_pds_buffer' does not fail hd64/hd128: each warpgroup's DqEmpty bar.sync of step t
-  comes after its dQ(t) wgmma, the only reader of the dS^T buffer, retired, so it already orders
-  the other warpgroup's dS^T(t + 1) store after that read. The second buffer is not needed for
-  correctness there.)
 
 Run: python3 tests/gpu/cuda/bwd_protocol_model.py [--mutate]  (exit 0 = all trials passed)
 """
@@ -245,10 +244,12 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
     v_mem = [Mem("V rows 0"), Mem("V rows 1")]
     n_pds = 1 if mutate == "single_pds_buffer" else 2
     ds_mem = [Mem(f"dS^T buffer {b}") for b in range(n_pds)]
-    dq_mem = Mem("dQ tile")
+    # Each consumer warpgroup's piece of the shared dQ tile, with its own DqFull / DqEmpty
+    # (that warpgroup's 128 threads + the writer warp's 32).
+    dq_mem = [Mem("dQ piece 0"), Mem("dQ piece 1")]
     pds = NamedBar("Pds", 256)
-    dq_fullb = NamedBar("DqFull", 288)
-    dq_emptyb = NamedBar("DqEmpty", 288)
+    dq_fullb = [NamedBar("DqFull0", 160), NamedBar("DqFull1", 160)]
+    dq_emptyb = [NamedBar("DqEmpty0", 160), NamedBar("DqEmpty1", 160)]
     dq_written = {}  # step -> consumer pieces staged
     dq_added = []
     gw_open = set()  # steps whose bulk reduce's global writes are in flight
@@ -354,14 +355,15 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                 # Release Q(g), dO(g).
                 yield (lambda: True), (lambda s=stage: (q_empty[s].arrive(), d_empty[s].arrive()))
                 stage, phase = nst, nph
-                # stage_dq_tile: bar.sync DqEmpty, the piece into the shared tile, bar.arrive DqFull.
+                # stage_dq_tile: bar.sync its DqEmpty, its piece into the shared tile, bar.arrive
+                # its DqFull.
                 if mutate == "no_dq_empty_wait":
-                    yield (lambda: True), (lambda gg=g: dq_emptyb.arrive(128, gg))
+                    yield (lambda: True), (lambda gg=g: dq_emptyb[c].arrive(128, gg))
                 else:
-                    yield from named_sync(dq_emptyb, 128, g)
-                dq_mem.write(("dq", g), key)
+                    yield from named_sync(dq_emptyb[c], 128, g)
+                dq_mem[c].write(("dq", g), key)
                 dq_written.setdefault(g, set()).add(c)
-                yield (lambda: True), (lambda gg=g: dq_fullb.arrive(128, gg))
+                yield (lambda: True), (lambda gg=g: dq_fullb[c].arrive(128, gg))
                 if has_next:
                     # Group D: dP^T(g + 1).
                     yield wait_full(key, d_full, d_mem, stage, phase, g + 1)
@@ -408,52 +410,67 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
             tid = 0
             if tiles_steps[0] == 0:
                 return
-        yield (lambda: True), (lambda: dq_emptyb.arrive(32, 0))  # the pre-arrival
+        # the pre-arrivals (dq_pieces_free)
+        yield (lambda: True), (lambda: [e.arrive(32, 0) for e in dq_emptyb])
         while True:
             steps = tiles_steps[tid]
             nxt = -1
             for k in range(steps):
                 g = tile_base[tid] + k
-                yield from named_sync(dq_fullb, 32, g)
-                if dq_mem.content != ("dq", g) or dq_written.get(g) != {0, 1}:
-                    raise Fail(
-                        f"writer: step {g} dQ tile holds {dq_mem.content}, pieces {dq_written.get(g)}"
-                    )
-                if det:
-                    yield (lambda gg=g: gg in cta.sem_turn), None  # lane 0: ld.acquire spin
-                # bulk_reduce_add_f32: the bulk engine reads the tile, the global adds land later.
-                dq_mem.open(("w", g))
-                dq_added.append(g)
-                gw_open.add(g)
-                yield (lambda: True), None
-                if det:
-                    if mutate == "release_early":
-                        cta.released.append((g, g not in gw_open))
-                        yield (lambda: True), None
-                        gw_open.discard(g)
-                        dq_mem.close(("w", g))
-                    else:
-                        # bulk_wait_all: the tile read and the global writes done; st.release.
-                        gw_open.discard(g)
-                        dq_mem.close(("w", g))
-                        cta.released.append((g, g not in gw_open))
                 more = True
-                if k == steps - 1:
-                    if persistent:
-                        # peek at the next tile id: is this the CTA's last step?
-                        yield from read_tile_id("w", it + 1)
-                        nxt = tile_ids[(it + 1) % 2]
-                        more = nxt >= 0
-                    else:
-                        more = False
-                if more:
-                    if mutate == "no_wait_read":
-                        yield (lambda: True), (lambda gg=g: dq_emptyb.arrive(32, gg + 1))
-                        yield (lambda: True), None
-                        dq_mem.close(("w", g))
-                    else:
-                        dq_mem.close(("w", g))  # bulk_wait_read
-                        yield (lambda: True), (lambda gg=g: dq_emptyb.arrive(32, gg + 1))
+                for w in (0, 1):
+                    yield from named_sync(dq_fullb[w], 32, g)
+                    if dq_mem[w].content != ("dq", g) or w not in dq_written.get(g, ()):
+                        raise Fail(
+                            f"writer: step {g} dQ piece {w} holds {dq_mem[w].content}, "
+                            f"pieces {dq_written.get(g)}"
+                        )
+                    if det and w == 0:
+                        yield (lambda gg=g: gg in cta.sem_turn), None  # lane 0: ld.acquire spin
+                    # bulk_reduce_add_f32 of the piece: the bulk engine reads it, the global adds
+                    # land later.
+                    dq_mem[w].open(("w", g))
+                    dq_added.append((g, w))
+                    gw_open.add((g, w))
+                    yield (lambda: True), None
+                    if det and w == 1:
+                        if mutate == "release_early":
+                            cta.released.append(
+                                (g, (g, 0) not in gw_open and (g, 1) not in gw_open)
+                            )
+                            yield (lambda: True), None
+                            gw_open.difference_update({(g, 0), (g, 1)})
+                            dq_mem[1].close(("w", g))
+                        else:
+                            # bulk_wait_all: both pieces read and their global writes done;
+                            # st.release.
+                            gw_open.difference_update({(g, 0), (g, 1)})
+                            dq_mem[1].close(("w", g))
+                            cta.released.append(
+                                (g, (g, 0) not in gw_open and (g, 1) not in gw_open)
+                            )
+                    if w == 0 and k == steps - 1:
+                        if persistent:
+                            # peek at the next tile id: is this the CTA's last step?
+                            yield from read_tile_id("w", it + 1)
+                            nxt = tile_ids[(it + 1) % 2]
+                            more = nxt >= 0
+                        else:
+                            more = False
+                    if more:  # dq_piece_free
+                        if mutate == "no_wait_read":
+                            yield (
+                                (lambda: True),
+                                (lambda ww=w, gg=g: dq_emptyb[ww].arrive(32, gg + 1)),
+                            )
+                            yield (lambda: True), None
+                            dq_mem[w].close(("w", g))
+                        else:
+                            dq_mem[w].close(("w", g))  # bulk_wait_read
+                            yield (
+                                (lambda: True),
+                                (lambda ww=w, gg=g: dq_emptyb[ww].arrive(32, gg + 1)),
+                            )
             it += 1
             if nxt < 0:
                 break
@@ -461,20 +478,23 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
         # bulk_wait_all before the CTA exits.
         gw_open.clear()
         for g in range(total_steps):
-            dq_mem.close(("w", g))
+            for m in dq_mem:
+                m.close(("w", g))
 
     roles = {"loader": loader(), "c0": consumer(0), "c1": consumer(1), "w": writer()}
     if det:
         roles["pred"] = cta.predecessor()
         roles["succ"] = cta.successor()
     cta.run(roles, rng)
-    if sorted(dq_added) != list(range(total_steps)):
-        raise Fail(f"dQ added for steps {dq_added}, expected each of 0..{total_steps - 1} once")
+    if sorted(dq_added) != [(g, w) for g in range(total_steps) for w in (0, 1)]:
+        raise Fail(
+            f"dQ added for {dq_added}, expected each piece of steps 0..{total_steps - 1} once"
+        )
     if det and [g for g, _ in cta.released] != list(range(total_steps)):
         raise Fail(
             f"semaphore releases {cta.released}, expected steps 0..{total_steps - 1} in order"
         )
-    if dq_emptyb.arrived or dq_fullb.arrived or pds.arrived:
+    if any(b.arrived for b in dq_emptyb + dq_fullb) or pds.arrived:
         raise Fail("a named barrier generation is left open at exit")
 
 
@@ -657,6 +677,7 @@ KERNELS = {
 MUTATIONS = (
     ("hd64/hd128", "no_dq_empty_wait"),
     ("hd64/hd128", "no_wait_read"),
+    ("hd64/hd128", "single_pds_buffer"),
     ("hd64/hd128 det", "release_early"),
     ("hd128 persistent", "kv_load_without_empty"),
     ("hd128 persistent", "kv_empty_before_last_dq"),
