@@ -224,7 +224,9 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
         g += n
     total_steps = g
     cta = Cta(total_steps)
-    kv_full = MBar("kv_full", 1)
+    # K and V each on its own full barrier, loaded K, Q(first), V, dO(first) (bwd_load_tile_rows).
+    k_full = MBar("k_full", 1)
+    v_full = MBar("v_full", 1)
     kv_empty = MBar("kv_empty", 8)  # lane 0 of each consumer warp
     tile_full = [MBar("tile_full0", 1), MBar("tile_full1", 1)]
     # every reader (2 consumer warpgroups + the writer warp: kReaders threads) frees a slot
@@ -277,18 +279,16 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                 continue
             if persistent and mutate != "kv_load_without_empty":
                 yield (lambda p=(loads & 1) ^ 1: kv_empty.ok(p)), None
-            yield (
-                (lambda: True),
-                (
-                    lambda t=tid: cta.tma_multi(
-                        kv_full, [(k_mem, ("kv", t))] + [(v, ("kv", t)) for v in v_mem]
-                    )
-                ),
-            )
+            yield (lambda: True), (lambda t=tid: cta.tma(k_full, k_mem, ("kv", t)))
             loads += 1
-            for k in range(steps):  # bwd_load_rows
+            for k in range(steps):  # bwd_load_tile_rows
                 gstep = tile_base[tid] + k
                 for full, emp, mem in ((q_full, q_empty, q_mem), (d_full, d_empty, d_mem)):
+                    if k == 0 and full is d_full:  # V after the first Q, before the first dO
+                        yield (
+                            (lambda: True),
+                            (lambda t=tid: cta.tma_multi(v_full, [(v, ("kv", t)) for v in v_mem])),
+                        )
                     yield (lambda e=emp[stage], p=phase ^ 1: e.ok(p)), None
                     yield (
                         (lambda: True),
@@ -318,16 +318,19 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
             steps = tiles_steps[tid]
             if steps == 0:
                 continue  # S^T / dP^T of whatever the stages hold (never read), zero dK / dV
-            yield (lambda p=kv_uses & 1: kv_full.ok(p)), None
-            for mem in (k_mem, v_mem[c]):
-                if mem.content != ("kv", tid):
-                    raise Fail(f"{key}: K/V of tile {tid} expected, {mem.name} holds {mem.content}")
-            kv_uses += 1
+            yield (lambda p=kv_uses & 1: k_full.ok(p)), None
+            if k_mem.content != ("kv", tid):
+                raise Fail(f"{key}: K of tile {tid} expected, {k_mem.name} holds {k_mem.content}")
             # Prologue: C = S^T(step0) from Q's stage, D = dP^T(step0) from dO's.
             g = step0
             yield wait_full(key, q_full, q_mem, stage, phase, g)
             q_mem[stage].open((key, "C", g))
             k_mem.open((key, "C", g))
+            if mutate != "dpt_without_v_wait":
+                yield (lambda p=kv_uses & 1: v_full.ok(p)), None
+            if v_mem[c].content != ("kv", tid):
+                raise Fail(f"{key}: V of tile {tid} expected, {v_mem[c].name} holds {v_mem[c].content}")
+            kv_uses += 1
             yield wait_full(key, d_full, d_mem, stage, phase, g)
             d_mem[stage].open((key, "D", g))
             v_mem[c].open((key, "D", g))
@@ -678,6 +681,8 @@ MUTATIONS = (
     ("hd64/hd128", "no_dq_empty_wait"),
     ("hd64/hd128", "no_wait_read"),
     ("hd64/hd128", "single_pds_buffer"),
+    ("hd64/hd128", "dpt_without_v_wait"),
+    ("hd128 persistent", "dpt_without_v_wait"),
     ("hd64/hd128 det", "release_early"),
     ("hd128 persistent", "kv_load_without_empty"),
     ("hd128 persistent", "kv_empty_before_last_dq"),
