@@ -11,8 +11,8 @@ bulk-copy reads open until wait_group.read.
 
 Kernels (the named configurations of cuda/hopper/bwd/config.cuh):
   'hd64/hd128'       bwd_kernel (kernel.cuh) for BwdHd64 and BwdHd128 (one protocol; only the
-                     block shapes differ): producer.cuh's loads (K/V once, Q and dO rings of two
-                     stages), mainloop.cuh's pipelined consumer loop (S^T / dP^T of the next step
+                     block shapes differ): producer.cuh's loads (K on k_full, the first Q, V on
+                     v_full, the first dO, then Q and dO rings of two stages), mainloop.cuh's pipelined consumer loop (S^T / dP^T of the next step
                      issued behind this step's dQ, dS^T double-buffered, one Pds barrier per
                      step, the last step's dQ peeled with no look-ahead after it),
                      stage_dq_tile and bwd_dq_writer (dq_writer.cuh: the shared float32 dQ
@@ -24,7 +24,7 @@ Kernels (the named configurations of cuda/hopper/bwd/config.cuh):
   'hd128 persistent' bwd_kernel_persistent for BwdHd128Persistent: the tile ids published by the
                      loader in two slots (tile_full / tile_empty, BwdPersistentScheduler in
                      scheduler.cuh) and read by both consumer warpgroups and the writer warp,
-                     kv_full / kv_empty across tiles, the rings, the dS^T buffer parity and the
+                     k_full / v_full / kv_empty across tiles, the rings, the dS^T buffer parity and the
                      dQ handshakes running on across tiles (bwd_dq_writer_persistent). It has no
                      deterministic mode.
   'hd256'            bwd_kernel_kv80 for BwdHd256 (kernel_kv80.cuh): a Q ring of two stages, a dO
@@ -48,6 +48,7 @@ Mutations (--mutate; each must make some trial fail, so the model does see that 
   bar.sync), 'no_wait_read' (the writer frees a dQ piece before the bulk engine read it),
   'single_pds_buffer' (one dS^T buffer: a warpgroup's dS^T(t + 1) store would overwrite what the
   other's dQ(t) still reads, since the warpgroups meet only at the Pds barrier),
+  'dpt_without_v_wait' (the first dP^T issued without the v_full wait; also hd128 persistent),
   'release_early' (det: the semaphore released before bulk_wait_all); hd128 persistent: 'kv_load_without_empty' (next tile's K/V loaded without the
   kv_empty wait), 'kv_empty_before_epilogue' (kv_empty arrived before the dK / dV staging in V was
   read back), 'kv_empty_before_last_dq' (kv_empty arrived before the last step's dQ, which reads
@@ -157,7 +158,7 @@ class Cta:
         self.pending_tma.append((mem, content, bar))
 
     def tma_multi(self, bar, writes):
-        """One arrival with the bytes of several regions (K and V under one kv_full)."""
+        """One arrival with the bytes of several regions (both warpgroups' V rows under v_full)."""
         bar.arrive(tx=len(writes))
         for mem, content in writes:
             self.pending_tma.append((mem, content, bar))
