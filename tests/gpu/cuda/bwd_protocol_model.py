@@ -330,7 +330,9 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
             if mutate != "dpt_without_v_wait":
                 yield (lambda p=kv_uses & 1: v_full.ok(p)), None
             if v_mem[c].content != ("kv", tid):
-                raise Fail(f"{key}: V of tile {tid} expected, {v_mem[c].name} holds {v_mem[c].content}")
+                raise Fail(
+                    f"{key}: V of tile {tid} expected, {v_mem[c].name} holds {v_mem[c].content}"
+                )
             kv_uses += 1
             yield wait_full(key, d_full, d_mem, stage, phase, g)
             d_mem[stage].open((key, "D", g))
