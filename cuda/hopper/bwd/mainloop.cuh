@@ -205,22 +205,6 @@ __device__ __forceinline__ int bwd_band_hide_from(const BwdArgs& args, int key, 
 // and dS = P (dP - delta) (1 - t^2), the chain rule through the cap (softmax_scale is applied to
 // dK in the epilogue and to dQ in the postprocess, as without the cap). t replaces S in its
 // registers and P is formed in the dS loop, so the cap costs no register.
-// Keeps P's exponentials ahead of the dP^T wait, so they run under that product: a branch that is
-// never taken (seq_k >= 0) and reads every P ends the basic block after them. Without it ptxas
-// places the wait (WARPGROUP.DEPBAR) right after the last shared-memory load before it (the lse
-// loads) and every MUFU.EX2 after it; with a cold path that reads only some P it sinks the rest
-// past the branch. The cold path's one shared store (over the lse it read) adds no register.
-// Each step pays one compare and one branch.
-template <int NS>
-__device__ __forceinline__ void exponentials_before_wait(const float (&p)[NS / 2], int seq_k, const float* lse_cols) {
-  if (seq_k < 0) {
-    float sum = 0.f;
-#pragma unroll
-    for (int k = 0; k < NS / 2; ++k) sum += p[k];
-    *const_cast<float*>(lse_cols) = sum;
-  }
-}
-
 template <class T, class Cfg, MaskKind K, bool SoftCap, int NS>
 __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 2], uint32_t (&pf)[NS / 4],
                                          uint32_t (&dsf)[NS / 4], const BwdArgs& args, const float* lse_cols,
@@ -261,7 +245,6 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
         if (8 * j + e < hide_below[i] || 8 * j + e >= hide_from[i]) st[k] = 0.f;
       }
     }
-    exponentials_before_wait<NS>(st, args.seq_k, lse_cols);
   }
   wgmma_wait<0>();
   fence_regs(dpt);
