@@ -87,8 +87,8 @@ struct BwdTile {
   static constexpr uint32_t lse_offset() { return dq_offset() + dq_tile_bytes(); }
   static constexpr uint32_t delta_offset() { return lse_offset() + q_stages() * vec_bytes(); }
   static constexpr uint32_t barrier_offset() { return delta_offset() + q_stages() * vec_bytes(); }
-  // k_full, v_full, then the Q ring's full[q_stages][1] + empty[q_stages], then the dO ring's.
-  static constexpr uint32_t ring_barrier_bytes() { return 8 * (2 + 2 * (2 * q_stages())); }
+  // kv_full, then the Q ring's full[q_stages][1] + empty[q_stages], then the dO ring's.
+  static constexpr uint32_t ring_barrier_bytes() { return 8 * (1 + 2 * (2 * q_stages())); }
   // Persistent: after the ring barriers, kv_empty (8 B), tile_full[2], tile_empty[2] (16 B each),
   // tile ids int[2] (8 B).
   static constexpr uint32_t persistent_offset() { return barrier_offset() + ring_barrier_bytes(); }

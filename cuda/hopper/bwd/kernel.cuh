@@ -39,7 +39,7 @@
 
 namespace fa4::hopper {
 
-// Shared memory: Cfg's tiles, then at Cfg::barrier_offset() k_full, v_full, the Q ring's and the dO
+// Shared memory: Cfg's tiles, then at Cfg::barrier_offset() kv_full, the Q ring's and the dO
 // ring's barriers; the persistent kernel's kv_empty, tile_full[2], tile_empty[2] and the two
 // tile-id slots at Cfg::persistent_offset(). (Plain local pointers in each kernel: gathering them
 // in a struct reorders the generated code.)
@@ -54,9 +54,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   using Barriers = typename StagedPipeline<Cfg::q_stages(), 1>::Barriers;
   static_assert(sizeof(Barriers) == 8 * 2 * Cfg::q_stages(), "barrier block size (config.cuh)");
-  uint64_t* k_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
-  uint64_t* v_full = k_full + 1;
-  auto* q_bars = reinterpret_cast<Barriers*>(k_full + 2);
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
+  auto* q_bars = reinterpret_cast<Barriers*>(kv_full + 1);
   auto* do_bars = q_bars + 1;
 
   if (kBwdPhaseProbe && threadIdx.x == 0) {
@@ -75,8 +74,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     tma_prefetch_map(&tm_k);
     tma_prefetch_map(&tm_v);
     tma_prefetch_map(&tm_do);
-    mbarrier_init(k_full, 1);
-    mbarrier_init(v_full, 1);
+    mbarrier_init(kv_full, 1);
     StagedPipeline<Cfg::q_stages(), 1>::init(q_bars, Cfg::consumer_warpgroups() * kBwdReleasesPerWarpgroup);
     StagedPipeline<Cfg::q_stages(), 1>::init(do_bars, Cfg::consumer_warpgroups() * kBwdReleasesPerWarpgroup);
     fence_mbarrier_init();
@@ -96,10 +94,10 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
       // The loader thread. (An `else` for the writer warp below: a test after the loop would keep
       // a register live through it, and at 24 registers that spilled.)
       if (m_end > m_begin) {
+        bwd_load_kv<Cfg>(smem, kv_full, &tm_k, &tm_v, n0, kv_head, batch);
         StagedPipeline<Cfg::q_stages(), 1> q_ring{q_bars};
         StagedPipeline<Cfg::q_stages(), 1> do_ring{do_bars};
-        bwd_load_tile_rows<Cfg>(q_ring, do_ring, smem, k_full, v_full, &tm_q, &tm_k, &tm_v, &tm_do, args, n0,
-                                kv_head, batch, m_begin, m_end);
+        bwd_load_rows<Cfg>(q_ring, do_ring, smem, &tm_q, &tm_do, args, kv_head, batch, m_begin, m_end);
       }
     } else if (threadIdx.x / 32 == 1) {
       bwd_dq_writer<Cfg, K>(smem, args, n0, kv_head, batch, threadIdx.x % 32);
@@ -110,7 +108,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     using Ring = TmaConsumerPipeline<T, typename Cfg::RowRing, false>;
     Ring q(q_bars, smem + Cfg::q_offset());
     Ring dO(do_bars, smem + Cfg::do_offset());
-    bwd_consumer_tile_for<T, Cfg, K, SoftCap>(wg - 1, smem, k_full, v_full, 0, nullptr, q, dO, 0, args, n0, kv_head, batch);
+    bwd_consumer_tile_for<T, Cfg, K, SoftCap>(wg - 1, smem, kv_full, 0, nullptr, q, dO, 0, args, n0, kv_head, batch);
   }
 }
 
@@ -119,7 +117,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
 // tile_full[it % 2] (count 1; readers wait with parity (it / 2) % 2); every reading thread (256
 // consumer + 32 writer) then arrives on tile_empty[it % 2], which the loader waits for before
 // rewriting the slot for it + 2 (tests/gpu/cuda/bwd_protocol_model.py checks that protocol).
-// K/V: k_full and v_full complete once per tile with steps (parity = such tiles so far % 2); kv_empty
+// K/V: kv_full completes once per tile with steps (parity = such tiles so far % 2); kv_empty
 // (count 8, lane 0 of each consumer warp once the warp's dK/dV epilogue, staged through its
 // warpgroup's V rows, has read them back) gates the next tile's K/V loads (fresh-barrier parity
 // trick for the first). The Q/dO rings, dS^T buffers (via step0) and the dQ writer handshakes
@@ -144,9 +142,8 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   using Barriers = typename StagedPipeline<Cfg::q_stages(), 1>::Barriers;
   static_assert(sizeof(Barriers) == 8 * 2 * Cfg::q_stages(), "barrier block size (config.cuh)");
-  uint64_t* k_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
-  uint64_t* v_full = k_full + 1;
-  auto* q_bars = reinterpret_cast<Barriers*>(k_full + 2);
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::barrier_offset());
+  auto* q_bars = reinterpret_cast<Barriers*>(kv_full + 1);
   auto* do_bars = q_bars + 1;
   uint64_t* kv_empty = reinterpret_cast<uint64_t*>(smem + Cfg::persistent_offset());
   uint64_t* tile_full = kv_empty + 1;
@@ -161,8 +158,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
     tma_prefetch_map(&tm_k);
     tma_prefetch_map(&tm_v);
     tma_prefetch_map(&tm_do);
-    mbarrier_init(k_full, 1);
-    mbarrier_init(v_full, 1);
+    mbarrier_init(kv_full, 1);
     mbarrier_init(kv_empty, Cfg::consumer_warpgroups() * 4);  // one arrival per consumer warp
     mbarrier_init(&tile_full[0], 1);
     mbarrier_init(&tile_full[1], 1);
@@ -196,9 +192,9 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
         bwd_query_blocks<Cfg, K>(args, batch, n0, &m_begin, &m_end);
         if (m_end > m_begin) {
           mbarrier_wait(kv_empty, (loads & 1) ^ 1);  // the previous tile's K/V no longer read
+          bwd_load_kv<Cfg>(smem, kv_full, &tm_k, &tm_v, n0, kv_head, batch);
           ++loads;
-          bwd_load_tile_rows<Cfg>(q_ring, do_ring, smem, k_full, v_full, &tm_q, &tm_k, &tm_v, &tm_do, args, n0,
-                                  kv_head, batch, m_begin, m_end);
+          bwd_load_rows<Cfg>(q_ring, do_ring, smem, &tm_q, &tm_do, args, kv_head, batch, m_begin, m_end);
         }
         id = Sched::next_tile(args);
       }
@@ -220,7 +216,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
       int n_block, kv_head, batch;
       Sched::tile_coords(args, id, &n_block, &kv_head, &batch);
       const int n0 = n_block * Cfg::block_n();
-      const int steps = bwd_consumer_tile_for<T, Cfg, K, false>(wg - 1, smem, k_full, v_full, uint32_t(kv_uses & 1),
+      const int steps = bwd_consumer_tile_for<T, Cfg, K, false>(wg - 1, smem, kv_full, uint32_t(kv_uses & 1),
                                                                 kv_empty, q, dO, step0, args, n0, kv_head, batch);
       step0 += steps;
       kv_uses += steps > 0 ? 1 : 0;

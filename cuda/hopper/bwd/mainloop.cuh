@@ -374,8 +374,8 @@ constexpr bool kBwdDenseTileSplit = !kBwdSplitMaskedCopy<Cfg>;
 
 // One consumer warpgroup's work on one tile (key block n0 of kv head `kv_head`, batch `batch`).
 // The rings q / dO carry on from the previous tile (persistent kernel) or start fresh; step0 = the
-// steps this CTA did before (the dS^T buffer parity runs on across tiles); K is awaited on k_full
-// before the first S^T and V on v_full before the first dP^T, both with parity kv_parity; kv_empty (persistent kernel only, else null) gets one arrival
+// steps this CTA did before (the dS^T buffer parity runs on across tiles); K/V are awaited on
+// kv_full with parity kv_parity; kv_empty (persistent kernel only, else null) gets one arrival
 // per consumer warp once its dK/dV staging in V has been read back (a tile with steps only).
 // Returns the number of steps done.
 //
@@ -393,7 +393,7 @@ constexpr bool kBwdDenseTileSplit = !kBwdSplitMaskedCopy<Cfg>;
 // steps that have a next one, so C and D are unconditional and every path reaches the back edge
 // with nothing in flight; the last step's B (and its dQ tile) is peeled after the loop.
 template <class T, class Cfg, MaskKind K, bool SoftCap, bool KeysPastEnd, class Ring>
-__device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t* k_full, uint64_t* v_full, uint32_t kv_parity,
+__device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t* kv_full, uint32_t kv_parity,
                                                  uint64_t* kv_empty, Ring& q, Ring& dO, int step0,
                                                  const BwdArgs& args, int n0, int kv_head, int batch) {
   constexpr int NS = Cfg::s_cols();
@@ -431,7 +431,7 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
                                  bwd_q_ranges(args, batch), m_begin, m_end);
   }
   const bool any = m_end > m_begin;
-  if (any) mbarrier_wait(k_full, kv_parity);
+  if (any) mbarrier_wait(kv_full, kv_parity);
   // The phase probe's thread (a probe build's grid kernel only).
   const bool probe = kBwdPhaseProbe && !Cfg::persistent() && c == 0 && tid == 0;
   if (probe) bwd_probe_mark(args, kBwdProbeKv);
@@ -493,7 +493,6 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
   };
 
   issue_st_step<T, Cfg>(st, q, sK, r, s_col0, tile_steps > 0);
-  if (any) mbarrier_wait(v_full, kv_parity);  // V lands after the first Q (bwd_load_tile_rows)
   issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0, tile_steps > 0);
   if (tile_steps > 0) {
     scores_to_ds(m_begin * BM, q.pipe.stage, step0);
@@ -577,15 +576,15 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
 // with no key past seq_k (all but the last) through the mask-free copy, everything else the
 // masked one. Arguments as bwd_consumer_tile's.
 template <class T, class Cfg, MaskKind K, bool SoftCap, class Ring>
-__device__ __forceinline__ int bwd_consumer_tile_for(int c, uint8_t* smem, uint64_t* k_full, uint64_t* v_full, uint32_t kv_parity,
+__device__ __forceinline__ int bwd_consumer_tile_for(int c, uint8_t* smem, uint64_t* kv_full, uint32_t kv_parity,
                                                      uint64_t* kv_empty, Ring& q, Ring& dO, int step0,
                                                      const BwdArgs& args, int n0, int kv_head, int batch) {
   if constexpr (K == MaskKind::kDense && kBwdDenseTileSplit<Cfg>) {
     if (n0 + Cfg::block_n() <= args.seq_k)
-      return bwd_consumer_tile<T, Cfg, K, SoftCap, false>(c, smem, k_full, v_full, kv_parity, kv_empty, q, dO, step0, args,
+      return bwd_consumer_tile<T, Cfg, K, SoftCap, false>(c, smem, kv_full, kv_parity, kv_empty, q, dO, step0, args,
                                                           n0, kv_head, batch);
   }
-  return bwd_consumer_tile<T, Cfg, K, SoftCap, true>(c, smem, k_full, v_full, kv_parity, kv_empty, q, dO, step0, args, n0,
+  return bwd_consumer_tile<T, Cfg, K, SoftCap, true>(c, smem, kv_full, kv_parity, kv_empty, q, dO, step0, args, n0,
                                                      kv_head, batch);
 }
 

@@ -17,7 +17,7 @@ enum BwdProbeEvent : int {
   kBwdProbeEntry,      // thread 0 at kernel entry
   kBwdProbeSm,         // (the SM id, not a time)
   kBwdProbeSetup,      // thread 0 past the barrier init and the grid-dependency wait
-  kBwdProbeKv,         // consumer warpgroup 0, thread 0: K landed (V may still be in flight)
+  kBwdProbeKv,         // consumer warpgroup 0, thread 0: K and V landed
   kBwdProbeFirstStep,  // ... the first step's P / dS done (its dK / dV products issued)
   kBwdProbeLoopEnd,    // ... every step but the last done
   kBwdProbeLastDq,     // ... the last step's dQ staged

@@ -34,29 +34,7 @@ __device__ __forceinline__ void load_row_step(Ring& ring, uint8_t* tiles, float*
   ring.advance();
 }
 
-// K of key block n0 (block_n rows) on k_full.
-template <class Cfg>
-__device__ __forceinline__ void bwd_load_k(uint8_t* smem, uint64_t* k_full, const CUtensorMap* tm_k, int n0,
-                                           int kv_head, int batch) {
-  mbarrier_arrive_expect_tx(k_full, Cfg::kv_tile_bytes());
-#pragma unroll
-  for (int c = 0; c < Cfg::chunks(); ++c) {
-    tma_load_4d(smem + Cfg::k_offset() + c * Cfg::chunk_bytes_kv(), tm_k, k_full, c * 64, n0, kv_head, batch);
-  }
-}
-
-// V of key block n0 on v_full.
-template <class Cfg>
-__device__ __forceinline__ void bwd_load_v(uint8_t* smem, uint64_t* v_full, const CUtensorMap* tm_v, int n0,
-                                           int kv_head, int batch) {
-  mbarrier_arrive_expect_tx(v_full, Cfg::kv_tile_bytes());
-#pragma unroll
-  for (int c = 0; c < Cfg::chunks(); ++c) {
-    tma_load_4d(smem + Cfg::v_offset() + c * Cfg::chunk_bytes_kv(), tm_v, v_full, c * 64, n0, kv_head, batch);
-  }
-}
-
-// K and V of key block n0, one full barrier for both (the hd256 kernel).
+// K and V of key block n0 (block_n rows each), one full barrier for both.
 template <class Cfg>
 __device__ __forceinline__ void bwd_load_kv(uint8_t* smem, uint64_t* kv_full, const CUtensorMap* tm_k,
                                             const CUtensorMap* tm_v, int n0, int kv_head, int batch) {
@@ -71,27 +49,20 @@ __device__ __forceinline__ void bwd_load_kv(uint8_t* smem, uint64_t* kv_full, co
   }
 }
 
-// A tile's K, V and every step's Q / dO (every q head of the group, query blocks m_begin ..
-// m_end) with lse2 / delta' into their rings (whatever their stage counts), in the order the
-// consumers' first step needs them: K, Q(first), V, dO(first), then Q and dO step by step. The
-// first S^T (K, Q) thus waits for 48 KB at hd128, not for K, V and Q's 80 KB, and dP^T for the
-// rest. K on k_full, V on v_full.
+// Per step (every q head of the group, query blocks m_begin .. m_end) the Q row tile with lse2 and
+// the dO row tile with delta' into their rings (whatever their stage counts).
 template <class Cfg, class QRing, class DoRing>
-__device__ __forceinline__ void bwd_load_tile_rows(QRing& q_ring, DoRing& do_ring, uint8_t* smem, uint64_t* k_full,
-                                                   uint64_t* v_full, const CUtensorMap* tm_q, const CUtensorMap* tm_k,
-                                                   const CUtensorMap* tm_v, const CUtensorMap* tm_do,
-                                                   const BwdArgs& args, int n0, int kv_head, int batch, int m_begin,
-                                                   int m_end) {
+__device__ __forceinline__ void bwd_load_rows(QRing& q_ring, DoRing& do_ring, uint8_t* smem, const CUtensorMap* tm_q,
+                                              const CUtensorMap* tm_do, const BwdArgs& args, int kv_head, int batch,
+                                              int m_begin, int m_end) {
   float* sLse = reinterpret_cast<float*>(smem + Cfg::lse_offset());
   float* sDelta = reinterpret_cast<float*>(smem + Cfg::delta_offset());
-  bwd_load_k<Cfg>(smem, k_full, tm_k, n0, kv_head, batch);
   for (int g = 0; g < args.group; ++g) {
     const int head = kv_head * args.group + g;
     const int64_t vec_row = (int64_t(batch) * args.heads_q + head) * args.seq_q_pad;
     for (int m = m_begin; m < m_end; ++m) {
       const int m0 = m * Cfg::block_m();
       load_row_step<Cfg>(q_ring, smem + Cfg::q_offset(), sLse, tm_q, args.lse2 + vec_row + m0, m0, head, batch);
-      if (g == 0 && m == m_begin) bwd_load_v<Cfg>(smem, v_full, tm_v, n0, kv_head, batch);
       load_row_step<Cfg>(do_ring, smem + Cfg::do_offset(), sDelta, tm_do, args.delta + vec_row + m0, m0, head,
                          batch);
     }

@@ -149,7 +149,7 @@ static void probe_report(const char* name, int64_t tiles, Launch launch) {
     tail += t1 - l.back().second;
   }
   const double k = 1e-3 / double(ctas);  // ns summed over CTAs -> mean us
-  std::printf("probe %s: %zu CTAs on %zu SMs, span %.1f us; mean us a CTA: setup %.2f, K %.2f, first step %.2f, "
+  std::printf("probe %s: %zu CTAs on %zu SMs, span %.1f us; mean us a CTA: setup %.2f, K/V %.2f, first step %.2f, "
               "step %.3f (%.1f steps), last dQ %.2f, dV out %.2f, dK out %.2f, CTA %.2f; between CTAs on an SM %.2f; "
               "SMs busy %.1f%% of the span; last-wave tail %.1f us an SM\n",
               name, ctas, by_sm.size(), (t1 - t0) * 1e-3, sum[h::kBwdProbeSetup] * k, sum[h::kBwdProbeKv] * k,

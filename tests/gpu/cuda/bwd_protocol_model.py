@@ -11,8 +11,8 @@ bulk-copy reads open until wait_group.read.
 
 Kernels (the named configurations of cuda/hopper/bwd/config.cuh):
   'hd64/hd128'       bwd_kernel (kernel.cuh) for BwdHd64 and BwdHd128 (one protocol; only the
-                     block shapes differ): producer.cuh's loads (K on k_full, the first Q, V on
-                     v_full, the first dO, then Q and dO rings of two stages), mainloop.cuh's pipelined consumer loop (S^T / dP^T of the next step
+                     block shapes differ): producer.cuh's loads (K/V once, Q and dO rings of two
+                     stages), mainloop.cuh's pipelined consumer loop (S^T / dP^T of the next step
                      issued behind this step's dQ, dS^T double-buffered, one Pds barrier per
                      step, the last step's dQ peeled with no look-ahead after it),
                      stage_dq_tile and bwd_dq_writer (dq_writer.cuh: the shared float32 dQ
@@ -24,7 +24,7 @@ Kernels (the named configurations of cuda/hopper/bwd/config.cuh):
   'hd128 persistent' bwd_kernel_persistent for BwdHd128Persistent: the tile ids published by the
                      loader in two slots (tile_full / tile_empty, BwdPersistentScheduler in
                      scheduler.cuh) and read by both consumer warpgroups and the writer warp,
-                     k_full / v_full / kv_empty across tiles, the rings, the dS^T buffer parity and the
+                     kv_full / kv_empty across tiles, the rings, the dS^T buffer parity and the
                      dQ handshakes running on across tiles (bwd_dq_writer_persistent). It has no
                      deterministic mode.
   'hd256'            bwd_kernel_kv80 for BwdHd256 (kernel_kv80.cuh): a Q ring of two stages, a dO
@@ -48,7 +48,6 @@ Mutations (--mutate; each must make some trial fail, so the model does see that 
   bar.sync), 'no_wait_read' (the writer frees a dQ piece before the bulk engine read it),
   'single_pds_buffer' (one dS^T buffer: a warpgroup's dS^T(t + 1) store would overwrite what the
   other's dQ(t) still reads, since the warpgroups meet only at the Pds barrier),
-  'dpt_without_v_wait' (the first dP^T issued without the v_full wait; also hd128 persistent),
   'release_early' (det: the semaphore released before bulk_wait_all); hd128 persistent: 'kv_load_without_empty' (next tile's K/V loaded without the
   kv_empty wait), 'kv_empty_before_epilogue' (kv_empty arrived before the dK / dV staging in V was
   read back), 'kv_empty_before_last_dq' (kv_empty arrived before the last step's dQ, which reads
@@ -158,7 +157,7 @@ class Cta:
         self.pending_tma.append((mem, content, bar))
 
     def tma_multi(self, bar, writes):
-        """One arrival with the bytes of several regions (both warpgroups' V rows under v_full)."""
+        """One arrival with the bytes of several regions (K and V under one kv_full)."""
         bar.arrive(tx=len(writes))
         for mem, content in writes:
             self.pending_tma.append((mem, content, bar))
@@ -225,9 +224,7 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
         g += n
     total_steps = g
     cta = Cta(total_steps)
-    # K and V each on its own full barrier, loaded K, Q(first), V, dO(first) (bwd_load_tile_rows).
-    k_full = MBar("k_full", 1)
-    v_full = MBar("v_full", 1)
+    kv_full = MBar("kv_full", 1)
     kv_empty = MBar("kv_empty", 8)  # lane 0 of each consumer warp
     tile_full = [MBar("tile_full0", 1), MBar("tile_full1", 1)]
     # every reader (2 consumer warpgroups + the writer warp: kReaders threads) frees a slot
@@ -280,16 +277,18 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                 continue
             if persistent and mutate != "kv_load_without_empty":
                 yield (lambda p=(loads & 1) ^ 1: kv_empty.ok(p)), None
-            yield (lambda: True), (lambda t=tid: cta.tma(k_full, k_mem, ("kv", t)))
+            yield (
+                (lambda: True),
+                (
+                    lambda t=tid: cta.tma_multi(
+                        kv_full, [(k_mem, ("kv", t))] + [(v, ("kv", t)) for v in v_mem]
+                    )
+                ),
+            )
             loads += 1
-            for k in range(steps):  # bwd_load_tile_rows
+            for k in range(steps):  # bwd_load_rows
                 gstep = tile_base[tid] + k
                 for full, emp, mem in ((q_full, q_empty, q_mem), (d_full, d_empty, d_mem)):
-                    if k == 0 and full is d_full:  # V after the first Q, before the first dO
-                        yield (
-                            (lambda: True),
-                            (lambda t=tid: cta.tma_multi(v_full, [(v, ("kv", t)) for v in v_mem])),
-                        )
                     yield (lambda e=emp[stage], p=phase ^ 1: e.ok(p)), None
                     yield (
                         (lambda: True),
@@ -319,21 +318,16 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
             steps = tiles_steps[tid]
             if steps == 0:
                 continue  # S^T / dP^T of whatever the stages hold (never read), zero dK / dV
-            yield (lambda p=kv_uses & 1: k_full.ok(p)), None
-            if k_mem.content != ("kv", tid):
-                raise Fail(f"{key}: K of tile {tid} expected, {k_mem.name} holds {k_mem.content}")
+            yield (lambda p=kv_uses & 1: kv_full.ok(p)), None
+            for mem in (k_mem, v_mem[c]):
+                if mem.content != ("kv", tid):
+                    raise Fail(f"{key}: K/V of tile {tid} expected, {mem.name} holds {mem.content}")
+            kv_uses += 1
             # Prologue: C = S^T(step0) from Q's stage, D = dP^T(step0) from dO's.
             g = step0
             yield wait_full(key, q_full, q_mem, stage, phase, g)
             q_mem[stage].open((key, "C", g))
             k_mem.open((key, "C", g))
-            if mutate != "dpt_without_v_wait":
-                yield (lambda p=kv_uses & 1: v_full.ok(p)), None
-            if v_mem[c].content != ("kv", tid):
-                raise Fail(
-                    f"{key}: V of tile {tid} expected, {v_mem[c].name} holds {v_mem[c].content}"
-                )
-            kv_uses += 1
             yield wait_full(key, d_full, d_mem, stage, phase, g)
             d_mem[stage].open((key, "D", g))
             v_mem[c].open((key, "D", g))
@@ -684,8 +678,6 @@ MUTATIONS = (
     ("hd64/hd128", "no_dq_empty_wait"),
     ("hd64/hd128", "no_wait_read"),
     ("hd64/hd128", "single_pds_buffer"),
-    ("hd64/hd128", "dpt_without_v_wait"),
-    ("hd128 persistent", "dpt_without_v_wait"),
     ("hd64/hd128 det", "release_early"),
     ("hd128 persistent", "kv_load_without_empty"),
     ("hd128 persistent", "kv_empty_before_last_dq"),
