@@ -185,9 +185,13 @@ def check_variant(
     for gname, got, want, base in zip(names, g, g64, gb, strict=False):
         if gname == "dsinks":
             assert got.dtype == sinks.dtype and got.shape == sinks.shape
-            # The sinks' gradient is a float32 sum over every row: its rounding follows the
-            # row count, so its floor is taken at magnitude 1 like lse's.
-            assert_close_by_rule(f"{gname} {name}", got, want, base, jnp.float32, LSE_MIN_MAGNITUDE)
+            # The sinks' gradient is a float32 sum over every row of exp(sink - lse) times
+            # rowsum(dO * O), with O rounded to the input dtype: like lse (a float32 result of
+            # 16-bit inputs) its floor is one unit of the input dtype's rounding, at magnitude 1
+            # at least. With a float32 floor the rule was 2x XLA's error alone, on two numbers a
+            # case: on 1 x 1000 queries, 2 heads, d128, float16, causal, XLA's error is 1.2e-3 on
+            # the GPU and 2.7e-3 on the CPU, the Hopper kernels' 2.7e-3, the CPU kernels' 1.9e-3.
+            assert_close_by_rule(f"{gname} {name}", got, want, base, dtype, LSE_MIN_MAGNITUDE)
         else:
             assert got.dtype == jnp.dtype(dtype)
             assert_close_by_rule(f"{gname} {name}", got, want, base, dtype, grad_min_magnitude)
