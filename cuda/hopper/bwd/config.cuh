@@ -15,6 +15,10 @@
 //     shared-memory tile in accumulator fragment order and warp 1 of the producer warpgroup adds
 //     the whole tile to dq_accum with one 1-D bulk reduce-add per step (dq_writer.cuh); dq_accum
 //     then holds each block_m x head_dim tile in that fragment order (dq_frag_offset).
+//   block_m = 80 (dq_transposed()): no wgmma has M = 80, so dQ is taken the other way round,
+//     dQ^T = K^T dS^T, warpgroup c owning head-dim rows [64c, 64c + 64) over all 80 queries
+//     (M = 64, N = 80). dS^T then goes to shared memory query-major (block_m rows of keys, the
+//     K-major B operand) instead of key-major, and dQ^T's fragments fill the dQ pieces.
 //
 // BwdTileKv80 (hd256; kernel_kv80.cuh): 64 queries x 80 keys per step, the products taken the
 // other way round (see kernel_kv80.cuh), dQ by 16-byte atomics from the consumers.
@@ -34,7 +38,11 @@ template <int HeadDim, int BlockM, int BlockN, int ProducerRegs, int ConsumerReg
 struct BwdTile {
   // The 80-key hd256 kernel has its own geometry (BwdTileKv80); these say "not it".
   static constexpr bool kv80() { return false; }
-  static constexpr bool dq_transposed() { return false; }
+  // 80 query rows a step (FA3's and FA4's hd128 tile without a mask): dQ^T = K^T dS^T (above).
+  static constexpr bool dq_transposed() { return BlockM == 80; }
+  // The 80-row tile is built for plain dense attention only: a causal or variant mask would cut
+  // 80-row blocks across the 64-row steps the other configurations' masks and ranks assume.
+  static constexpr bool dense_only() { return dq_transposed(); }
   // One CTA per SM looping over (key block, kv head, batch) tiles taken from a global counter
   // (bwd_kernel_persistent): the next tile's K/V loads overlap this tile's dK/dV stores, the
   // Q/dO ring and the dQ handshakes run on across tiles.
@@ -60,6 +68,9 @@ struct BwdTile {
   static constexpr int dq_row_slices() { return BlockM / 64; }
   static constexpr int dq_col_slices() { return consumer_warpgroups() / dq_row_slices(); }
   static constexpr int dq_cols() { return HeadDim / dq_col_slices(); }
+  // dQ accumulator registers a thread: a 64 x dq_cols() piece of dQ, or (dq_transposed) the
+  // 64 x block_m piece of dQ^T.
+  static constexpr int dq_regs() { return (dq_transposed() ? BlockM : dq_cols()) / 2; }
 
   // TMA boxes and 128B-swizzle rows are 64 two-byte columns wide: a tile is stored as chunks of
   // 64 columns, each chunk rows x 128 bytes.
@@ -68,14 +79,15 @@ struct BwdTile {
   static constexpr uint32_t chunk_bytes_kv() { return uint32_t(BlockN) * 128; }  // K, V, dS^T
   static constexpr uint32_t q_tile_bytes() { return uint32_t(BlockM) * HeadDim * 2; }
   static constexpr uint32_t kv_tile_bytes() { return uint32_t(BlockN) * HeadDim * 2; }
-  // dS^T: block_n key rows x block_m query columns, in chunks of 64 query columns.
+  // dS^T: block_n key rows x block_m query columns, in chunks of 64 query columns; dq_transposed:
+  // block_m query rows x block_n keys, in chunks of 64 keys (chunk_bytes_q() each).
   static constexpr uint32_t pds_tile_bytes() { return uint32_t(BlockN) * BlockM * 2; }
   static constexpr uint32_t vec_bytes() { return uint32_t(BlockM) * 4; }  // lse or delta of a tile
   // The float32 block_m x head_dim dQ tile, in dq_accum's fragment order.
   static constexpr uint32_t dq_tile_bytes() { return uint32_t(BlockM) * HeadDim * 4; }
-  // Consumer warpgroup c's piece of it (64 rows x dq_cols: dq_frag_offset's c-th block), which
-  // the writer adds alone as soon as that warpgroup has staged it.
-  static constexpr int dq_piece_floats() { return 64 * dq_cols(); }
+  // Consumer warpgroup c's piece of it (its dq_regs() accumulators a thread: dq_frag_offset's
+  // c-th block), which the writer adds alone as soon as that warpgroup has staged it.
+  static constexpr int dq_piece_floats() { return 128 * dq_regs(); }
   static constexpr uint32_t dq_piece_bytes() { return uint32_t(dq_piece_floats()) * 4; }
 
   static constexpr uint32_t k_offset() { return 0; }
@@ -116,7 +128,7 @@ struct BwdTile {
   // warpgroups' pieces one after the other, each piece float pairs (k / 2) major, thread minor,
   // so a warp's 8-byte stores cover 256 contiguous bytes.
   static constexpr int dq_frag_offset(int c, int t, int k) {
-    return c * 64 * dq_cols() + 2 * ((k / 2) * 128 + t) + k % 2;
+    return c * dq_piece_floats() + 2 * ((k / 2) * 128 + t) + k % 2;
   }
   // The inverse for the postprocess: offset of (row, col) of the tile, col % 8 == 0; the 8
   // columns col .. col + 7 of a row are 8 contiguous floats there.
@@ -128,10 +140,23 @@ struct BwdTile {
     const int k = 4 * (cin / 8) + 2 * ((rin % 16) / 8);
     return dq_frag_offset(c, t, k);
   }
+  // dq_transposed: offset of (query row, head-dim col) in the tile, any row and col. Warpgroup
+  // c = col / 64 holds dQ^T row r = col % 64 (the D fragment's row: 16 (t / 32) + t % 32 / 4 +
+  // 8i) at column `row` (8j + 2 (t % 4) + e); the postprocess reads it element by element.
+  static constexpr int dq_accum_offset_any(int row, int col) {
+    const int c = col / 64, r = col % 64;
+    const int t = 32 * (r / 16) + 4 * (r % 8) + (row % 8) / 2;
+    const int k = 4 * (row / 8) + 2 * ((r % 16) / 8) + row % 2;
+    return dq_frag_offset(c, t, k);
+  }
 
   static_assert(HeadDim % 64 == 0, "head dim must be a multiple of the 64-column swizzle width");
   static_assert(BlockN == 128, "64 key rows per warpgroup, 2 row groups: P^T / dS^T stay in registers");
-  static_assert(BlockM == 64 || BlockM == 128, "dQ is cut into 64-row wgmma tiles");
+  static_assert(BlockM == 64 || BlockM == 128 || (BlockM == 80 && HeadDim == 128 && !Persistent),
+                "dQ is cut into 64-row wgmma tiles, or (80 rows, hd128 grid only) taken as dQ^T");
+  static_assert(q_offset() % 1024 == 0 && do_offset() % 1024 == 0 && ds_offset() % 1024 == 0 &&
+                    chunk_bytes_q() % 1024 == 0 && pds_tile_bytes() % 1024 == 0,
+                "128-byte swizzle atoms need 1024-byte aligned tiles");
   static_assert(s_cols() % 16 == 0 && s_cols() >= 32, "S^T slice width must be a wgmma N");
   static_assert(dq_cols() % 64 == 0 && dkv_cols() % 64 == 0, "whole 64-column chunks");
   // The CTA's register pool is threads() x the entry count (64K / threads() rounded down to 8:
@@ -157,6 +182,7 @@ struct BwdTileKv80 {
   static constexpr bool persistent() { return false; }
   static constexpr bool causal_bands() { return false; }  // a causal band runs kVariant here
   static constexpr bool dq_transposed() { return true; }
+  static constexpr bool dense_only() { return false; }
   static constexpr int head_dim() { return HeadDim; }
   static constexpr int block_m() { return 64; }
   static constexpr int block_n() { return 80; }
@@ -248,6 +274,13 @@ struct BwdHd64 : BwdTile</*HeadDim=*/64, /*BlockM=*/128, /*BlockN=*/128, /*Produ
 // 64 x 64 (32 + 32), dQ split by head-dim columns.
 struct BwdHd128 : BwdTile<128, 64, 128, 24, 240, false> {
   static constexpr const char* name() { return "hd128"; }
+};
+
+// hd128 without a mask at 80 x 128 (FA3's and FA4's non-causal hd128 tile): a step does 25% more
+// wgmma work than 64 x 128 over the same per-step costs (barriers, waits, handshakes); dQ^T =
+// K^T dS^T (dq_transposed). Dense problems only.
+struct BwdHd128Rows80 : BwdTile<128, 80, 128, 24, 240, false> {
+  static constexpr const char* name() { return "hd128 (80x128)"; }
 };
 
 // hd128 on the persistent kernel (tile counter in the workspace; the producer warpgroup gets 40

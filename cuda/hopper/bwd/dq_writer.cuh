@@ -98,7 +98,7 @@ __device__ __forceinline__ void dq_tile_signal(int* sem, int rank, bool signalle
 // bytes, no bank conflict), makes the generic-proxy stores visible to the async proxy, and
 // signals the writer without waiting (its kBwdBarDqFull). The other warpgroup is not waited for.
 template <class Cfg>
-__device__ __forceinline__ void stage_dq_tile(const float (&dq)[Cfg::dq_cols() / 2]) {
+__device__ __forceinline__ void stage_dq_tile(const float (&dq)[Cfg::dq_regs()]) {
   // The tile's 32-bit shared address and this thread's place in it are recomputed here from
   // constants and %tid.x (read by a volatile asm, so not hoisted out of the main loop): no
   // register stays live across the loop for them (a live 64-bit pointer cost a spill at hd64).
@@ -111,7 +111,7 @@ __device__ __forceinline__ void stage_dq_tile(const float (&dq)[Cfg::dq_cols() /
                         4 * uint32_t(Cfg::dq_frag_offset(int(wg), int(tid % 128), 0));
   named_barrier_sync(kBwdBarDqEmpty + wg, kBwdDqBarrierThreads);
 #pragma unroll
-  for (int u = 0; u < Cfg::dq_cols() / 4; ++u) {
+  for (int u = 0; u < Cfg::dq_regs() / 2; ++u) {
     static_assert(Cfg::dq_frag_offset(0, 0, 2) == 256, "one register pair = 128 threads x 2 floats");
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(base + 1024 * u), "f"(dq[2 * u]), "f"(dq[2 * u + 1])
                  : "memory");

@@ -10,13 +10,14 @@
 
 namespace fa4::hopper {
 
-enum class BwdConfigId { kHd64, kHd128, kHd128Persistent, kHd256 };
+enum class BwdConfigId { kHd64, kHd128, kHd128Rows80, kHd128Persistent, kHd256 };
 
 // The configuration's name() (config.cuh), for messages and the harness.
 inline const char* bwd_config_name(BwdConfigId id) {
   switch (id) {
     case BwdConfigId::kHd64: return "hd64";
     case BwdConfigId::kHd128: return "hd128";
+    case BwdConfigId::kHd128Rows80: return "hd128 (80x128)";
     case BwdConfigId::kHd128Persistent: return "hd128 persistent";
     default: return "hd256 (64x80)";
   }
@@ -108,16 +109,18 @@ inline BwdConfigId bwd_config_for(const BwdProblem& p) {
   if (p.head_dim == 64) return BwdConfigId::kHd64;
   // Variant problems and causal bands run the grid kernel: the persistent one is built for plain
   // dense and causal attention (a band leaves key blocks without steps, which its writer's
-  // hand-over does not model).
-  if (p.head_dim == 128)
+  // hand-over does not model). Dense problems without a mask run the 80-row tile.
+  if (p.head_dim == 128) {
+    if (bwd_mask_kind(p) == MaskKind::kDense && p.variant.softcap == 0.f) return BwdConfigId::kHd128Rows80;
     return p.seq_k <= kBwdShortSeqK && !p.deterministic && bwd_is_plain(p) ? BwdConfigId::kHd128Persistent
                                                                             : BwdConfigId::kHd128;
+  }
   return BwdConfigId::kHd256;
 }
 
 // The (query rows, keys) block of a configuration (config.cuh).
 inline void bwd_config_blocks(BwdConfigId id, int* block_m, int* block_n) {
-  *block_m = id == BwdConfigId::kHd64 ? 128 : 64;
+  *block_m = id == BwdConfigId::kHd64 ? 128 : id == BwdConfigId::kHd128Rows80 ? 80 : 64;
   *block_n = id == BwdConfigId::kHd256 ? 80 : 128;
 }
 

@@ -70,6 +70,7 @@ long long* bwd_phase_probe(long long* ctas);
 // The named configurations (bwd/config.cuh).
 struct BwdHd64;
 struct BwdHd128;
+struct BwdHd128Rows80;
 struct BwdHd128Persistent;
 struct BwdHd256;
 
@@ -84,6 +85,8 @@ extern template std::string launch_bwd_config<BwdHd64>(const BwdProblem&, const 
                                                        const BwdSchedule&);
 extern template std::string launch_bwd_config<BwdHd128>(const BwdProblem&, const BwdWorkspace&, cudaStream_t,
                                                         const BwdSchedule&);
+extern template std::string launch_bwd_config<BwdHd128Rows80>(const BwdProblem&, const BwdWorkspace&,
+                                                              cudaStream_t, const BwdSchedule&);
 extern template std::string launch_bwd_config<BwdHd128Persistent>(const BwdProblem&, const BwdWorkspace&,
                                                                   cudaStream_t, const BwdSchedule&);
 extern template std::string launch_bwd_config<BwdHd256>(const BwdProblem&, const BwdWorkspace&, cudaStream_t,

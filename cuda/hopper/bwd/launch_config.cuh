@@ -33,7 +33,7 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
                                const BwdSchedule& schedule) {
   constexpr int D = Cfg::head_dim();
   const bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  const int64_t pad = bwd_seq_q_pad(p.seq_q);
+  const int64_t pad = bwd_seq_q_pad(p.seq_q, p.head_dim);
   cudaError_t e;
   auto fail = [](const char* what, cudaError_t err) {
     return std::string("backward ") + what + " failed: " + cudaGetErrorString(err);
@@ -144,25 +144,34 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
 template <class T, class Cfg>
 std::string launch_bwd_kind(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
                             const BwdSchedule& schedule) {
-  if (Cfg::persistent() && !bwd_is_plain(p)) {
-    return std::string("backward: the ") + Cfg::name() +
-           " configuration runs plain dense and causal problems only (a window, lengths, segment ids or a soft "
-           "cap run the grid configurations)";
-  }
-  // A configuration without the band threshold (Cfg::causal_bands) runs a causal band as kVariant
-  // (only a named configuration of another head dim's choice can meet one here).
-  const MaskKind kind = !Cfg::causal_bands() && bwd_causal_band(p) ? MaskKind::kVariant : bwd_mask_kind(p);
-  const bool softcap = p.variant.softcap > 0.f;
-  if (kind == MaskKind::kVariant) {
-    if constexpr (Cfg::persistent()) {
-      return "backward: unreachable";  // rejected above
-    } else {
-      return softcap ? launch_bwd_kernels<T, Cfg, MaskKind::kVariant, true>(p, ws, stream, schedule)
-                     : launch_bwd_kernels<T, Cfg, MaskKind::kVariant, false>(p, ws, stream, schedule);
+  if constexpr (Cfg::dense_only()) {
+    if (bwd_mask_kind(p) != MaskKind::kDense || p.variant.softcap > 0.f) {
+      return std::string("backward: the ") + Cfg::name() +
+             " configuration runs dense problems without a mask only (causal, a window, lengths, segment ids or a "
+             "soft cap run the 64-row configurations)";
     }
+    return launch_bwd_kernels<T, Cfg, MaskKind::kDense, false>(p, ws, stream, schedule);
+  } else {
+    if (Cfg::persistent() && !bwd_is_plain(p)) {
+      return std::string("backward: the ") + Cfg::name() +
+             " configuration runs plain dense and causal problems only (a window, lengths, segment ids or a soft "
+             "cap run the grid configurations)";
+    }
+    // A configuration without the band threshold (Cfg::causal_bands) runs a causal band as kVariant
+    // (only a named configuration of another head dim's choice can meet one here).
+    const MaskKind kind = !Cfg::causal_bands() && bwd_causal_band(p) ? MaskKind::kVariant : bwd_mask_kind(p);
+    const bool softcap = p.variant.softcap > 0.f;
+    if (kind == MaskKind::kVariant) {
+      if constexpr (Cfg::persistent()) {
+        return "backward: unreachable";  // rejected above
+      } else {
+        return softcap ? launch_bwd_kernels<T, Cfg, MaskKind::kVariant, true>(p, ws, stream, schedule)
+                       : launch_bwd_kernels<T, Cfg, MaskKind::kVariant, false>(p, ws, stream, schedule);
+      }
+    }
+    return kind == MaskKind::kCausal ? launch_bwd_kernels<T, Cfg, MaskKind::kCausal, false>(p, ws, stream, schedule)
+                                     : launch_bwd_kernels<T, Cfg, MaskKind::kDense, false>(p, ws, stream, schedule);
   }
-  return kind == MaskKind::kCausal ? launch_bwd_kernels<T, Cfg, MaskKind::kCausal, false>(p, ws, stream, schedule)
-                                   : launch_bwd_kernels<T, Cfg, MaskKind::kDense, false>(p, ws, stream, schedule);
 }
 
 template <class Cfg>

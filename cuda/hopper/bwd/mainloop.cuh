@@ -77,6 +77,22 @@ __device__ __forceinline__ void issue_dq(float (&acc)[N / 2], const uint8_t* ds_
   }
 }
 
+// dQ^T piece (head-dim rows [64 c, ...) x all block_m queries) = K^T dS^T over the block's keys
+// (dq_transposed: 80 query rows, no M = 80 wgmma). A = K^T: K's chunk c read MN-major (head-dim
+// columns contiguous, keys are rows); B = dS^T from the query-major dS tile (keys contiguous:
+// K-major, chunks of 64 keys, block_m rows). Caller fences and commits.
+template <class T, class Cfg>
+__device__ __forceinline__ void issue_dqt(float (&acc)[Cfg::block_m() / 2], const uint8_t* k_tile, int c,
+                                          const uint8_t* ds_tile) {
+  using Tag = typename WgmmaTag<T>::type;
+  const auto a = MmaSmemDescriptor::sw128(k_tile + c * Cfg::chunk_bytes_kv(), Cfg::chunk_bytes_kv());
+#pragma unroll
+  for (int kk = 0; kk < Cfg::block_n() / 16; ++kk) {
+    const auto b = MmaSmemDescriptor::sw128(ds_tile + (kk / 4) * Cfg::chunk_bytes_q(), 0).plus_bytes((kk % 4) * 32);
+    WgmmaSS<Tag, Cfg::block_m()>::template mma<1, 0>(acc, a.plus_bytes(kk * 16 * 128).bits, b.bits, kk > 0 ? 1u : 0u);
+  }
+}
+
 // Writes a 64 x N accumulator-layout tile of packed pairs (rows [64r, ...), columns [col0, ...))
 // into a dS^T buffer (block_n rows, 64-column chunks, 128B swizzle) with stmatrix (4 x 8 x 8 b16
 // per instruction). Matrix m of the x4 = fragment (i = m % 2, j + m / 2): lane l addresses row
@@ -92,6 +108,24 @@ __device__ __forceinline__ void store_pds(uint8_t* tile, const uint32_t (&v)[N /
     const int col = col0 + 8 * (j + m / 2);
     stmatrix_x4(base + sw128_offset(row, col, Cfg::chunk_bytes_kv()), v[2 * j], v[2 * j + 1], v[2 * j + 2],
                 v[2 * j + 3]);
+  }
+}
+
+// The transpose of store_pds for the query-major dS tile (dq_transposed): this warpgroup's 64 key
+// rows [64r, ...) x N query columns of packed pairs go to rows = queries, columns = keys [64r,
+// ...) (chunk r, chunk_bytes_q() each, 128B swizzle) with stmatrix.trans: lane l addresses what
+// becomes query row l % 8 of matrix l / 8 (fragment i = m % 2, j + m / 2, as store_pds).
+template <class Cfg, int N>
+__device__ __forceinline__ void store_ds_query_major(uint8_t* tile, const uint32_t (&v)[N / 4], int r, int warp,
+                                                     int lane) {
+  const int m = lane / 8;
+  const int key = 64 * r + 16 * warp + 8 * (m % 2);
+  const uint32_t base = smem_addr(tile);
+#pragma unroll
+  for (int j = 0; j < N / 8; j += 2) {
+    const int query = 8 * (j + m / 2) + lane % 8;
+    stmatrix_x4_trans(base + sw128_offset(query, key, Cfg::chunk_bytes_q()), v[2 * j], v[2 * j + 1], v[2 * j + 2],
+                      v[2 * j + 3]);
   }
 }
 
@@ -481,7 +515,11 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     issue_dkv_rs<T, Cfg>(dv, pf, dO.get(), dkv_col0);
     issue_dkv_rs<T, Cfg>(dk, dsf, q.get(), dkv_col0);
     wgmma_commit();
-    store_pds<Cfg, NS>(ds_tile, dsf, r, s_col0, warp, lane);
+    if constexpr (Cfg::dq_transposed()) {
+      store_ds_query_major<Cfg, NS>(ds_tile, dsf, r, warp, lane);
+    } else {
+      store_pds<Cfg, NS>(ds_tile, dsf, r, s_col0, warp, lane);
+    }
     // Generic-proxy stores -> wgmma (async proxy) reads, across both warpgroups.
     fence_proxy_async_smem();
     named_barrier_sync(kBwdBarPds, kBwdConsumerThreads);
@@ -507,8 +545,12 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     constexpr bool LookAhead = decltype(look_ahead)::value;
     uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
     wgmma_fence();
-    float dq[Cfg::dq_cols() / 2];
-    issue_dq<T, Cfg, Cfg::dq_cols()>(dq, ds_tile, qs, sK, dq_col0);
+    float dq[Cfg::dq_regs()];
+    if constexpr (Cfg::dq_transposed()) {
+      issue_dqt<T, Cfg>(dq, sK, dq_col0 / 64, ds_tile);
+    } else {
+      issue_dq<T, Cfg, Cfg::dq_cols()>(dq, ds_tile, qs, sK, dq_col0);
+    }
     wgmma_commit();
     if constexpr (LookAhead) {
       // Group C: the next step's S^T.

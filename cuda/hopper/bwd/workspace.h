@@ -9,10 +9,10 @@
 
 namespace fa4::hopper {
 
-// Scratch the backward needs on the device, rows padded to bwd_seq_q_pad(seq_q):
+// Scratch the backward needs on the device, rows padded to bwd_seq_q_pad(seq_q, head_dim):
 // dq_accum float32 [batch, heads_q, pad, head_dim]; dq_sem int32 [batch, heads_q, pad / 64] (the
 // deterministic mode's semaphore per query block: pad / 64 is enough for every configuration's
-// block_m, 64 or 128), then tile_counter int32 [1] (the persistent kernel's next tile); lse2 and delta
+// block_m, 64, 80 or 128), then tile_counter int32 [1] (the persistent kernel's next tile); lse2 and delta
 // float32 [batch, heads_q, pad]. The preprocess zeroes dq_accum, dq_sem and tile_counter
 // (bwd/prepost.cuh).
 struct BwdWorkspace {
@@ -23,8 +23,12 @@ struct BwdWorkspace {
   float* delta;
 };
 
-// Query rows rounded up to a whole number of every configuration's block_m (and 128-byte vectors).
-inline int64_t bwd_seq_q_pad(int64_t seq_q) { return (seq_q + 127) / 128 * 128; }
+// Query rows rounded up to a whole number of every configuration's block_m of the head dim (64 and
+// 128; at hd128 also 80) and of 128 (the preprocess's row blocks, 128-byte vectors).
+inline int64_t bwd_seq_q_pad(int64_t seq_q, int64_t head_dim) {
+  const int64_t rows = head_dim == 128 ? (seq_q + 79) / 80 * 80 : seq_q;
+  return (rows + 127) / 128 * 128;
+}
 
 // Each sub-buffer starts on this boundary (the kernels need 16 bytes: TMA, 1-D bulk copies and
 // vector loads; 256 keeps every row block on whole cache sectors).
@@ -43,7 +47,7 @@ struct BwdWorkspaceLayout {
   size_t dq_accum, dq_sem, lse2, delta, bytes;
 };
 inline BwdWorkspaceLayout bwd_workspace_layout(int64_t batch, int64_t seq_q, int64_t heads_q, int64_t head_dim) {
-  const size_t rows = size_t(batch) * size_t(heads_q) * size_t(bwd_seq_q_pad(seq_q));
+  const size_t rows = size_t(batch) * size_t(heads_q) * size_t(bwd_seq_q_pad(seq_q, head_dim));
   auto up = [](size_t x) { return (x + kBwdWorkspaceAlign - 1) / kBwdWorkspaceAlign * kBwdWorkspaceAlign; };
   BwdWorkspaceLayout l;
   l.dq_accum = 0;
@@ -69,7 +73,7 @@ inline BwdWorkspace bwd_workspace_from(void* base, int64_t batch, int64_t seq_q,
   BwdWorkspace ws;
   ws.dq_accum = reinterpret_cast<float*>(b + l.dq_accum);
   ws.dq_sem = reinterpret_cast<int*>(b + l.dq_sem);
-  ws.tile_counter = ws.dq_sem + size_t(batch) * size_t(heads_q) * size_t(bwd_seq_q_pad(seq_q)) / size_t(kBwdSemRows);
+  ws.tile_counter = ws.dq_sem + size_t(batch) * size_t(heads_q) * size_t(bwd_seq_q_pad(seq_q, head_dim)) / size_t(kBwdSemRows);
   ws.lse2 = reinterpret_cast<float*>(b + l.lse2);
   ws.delta = reinterpret_cast<float*>(b + l.delta);
   return ws;

@@ -14,8 +14,8 @@
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda \
 //        -Xcompiler -fopenmp tests/gpu/cuda/bwd_kernel_check.cu cuda/hopper/bwd/*.cu \
 //        cuda/hopper/common/tensor_map.cu -o bwd_check
-// Options: --config NAME (repeatable: "library", "hd64", "hd128", "hd128 persistent",
-// "hd256 (64x80)"; default all), --hd D (repeatable), --lpt 0|1, --lpt-section N (N (batch, kv
+// Options: --config NAME (repeatable: "library", "hd64", "hd128", "hd128 (80x128)" (dense cases
+// only), "hd128 persistent", "hd256 (64x80)"; default all), --hd D (repeatable), --lpt 0|1, --lpt-section N (N (batch, kv
 // head) pairs a longest-first section, key block major inside it; on every configuration's
 // schedule), --max-ctas N, --modes 0,1
 // (0 default, 1 deterministic), --no-check, --bench, --quick-bench, --deterministic-bench,
@@ -68,16 +68,18 @@ struct Target {
   const char* name;
   int head_dim;  // 0: any (the library)
   bool persistent;
+  bool dense_only;      // runs dense problems without a mask only (the 80-row hd128 tile)
   ConfigLaunch launch;  // null: the library
 };
 template <class Cfg>
 constexpr Target config_target() {
-  return {Cfg::name(), Cfg::head_dim(), Cfg::persistent(), fa4::hopper::launch_bwd_config<Cfg>};
+  return {Cfg::name(), Cfg::head_dim(), Cfg::persistent(), Cfg::dense_only(), fa4::hopper::launch_bwd_config<Cfg>};
 }
 static const Target kTargets[] = {
-    {"library", 0, false, nullptr},
+    {"library", 0, false, false, nullptr},
     config_target<fa4::hopper::BwdHd64>(),
     config_target<fa4::hopper::BwdHd128>(),
+    config_target<fa4::hopper::BwdHd128Rows80>(),
     config_target<fa4::hopper::BwdHd128Persistent>(),
     config_target<fa4::hopper::BwdHd256>(),
 };
@@ -169,8 +171,9 @@ static std::string launch_target(const Target& t, const BwdProblem& p, const Bwd
   s.max_ctas = g_max_ctas;
   return t.launch(p, ws, 0, s);
 }
-static bool target_runs(const Target& t, int d, bool det, bool variant = false) {
-  return (t.head_dim == 0 || t.head_dim == d) && !(det && t.persistent) && !(variant && t.persistent);
+static bool target_runs(const Target& t, int d, bool det, bool variant, bool causal) {
+  return (t.head_dim == 0 || t.head_dim == d) && !(det && t.persistent) && !(variant && t.persistent) &&
+         !(t.dense_only && (variant || causal));
 }
 
 constexpr int kUnb = fa4::hopper::kWindowUnbounded;
@@ -487,7 +490,7 @@ static int run_case(const Case& c, uint64_t seed, double* worst_ratio, const std
   int failures = 0;
   for (const Target* t : targets) {
     for (int det = 0; det < 2; ++det) {
-      if (!g_modes[det] || !target_runs(*t, c.d, det != 0, c.v.any())) continue;
+      if (!g_modes[det] || !target_runs(*t, c.d, det != 0, c.v.any(), c.causal)) continue;
       std::fflush(stdout);  // everything so far is out before the launch (a hang shows where)
       p.deterministic = det != 0;
       ++*runs;
@@ -622,7 +625,7 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Target*>
         warm_up([&] { return fa4::hopper::launch_bwd(p, ws, 0); });
         for (const Target* t : targets) {
           for (int det = 0; det < (with_det ? 2 : 1); ++det) {
-            if (!target_runs(*t, d, det != 0, given.any() || g_bench_docs > 0)) continue;
+            if (!target_runs(*t, d, det != 0, given.any() || g_bench_docs > 0, causal != 0)) continue;
             p.deterministic = det != 0;
             std::vector<float> ms;
             for (int it = 0; it < 13; ++it) {
