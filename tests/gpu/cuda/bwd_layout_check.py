@@ -4,8 +4,9 @@ Replays the formulas of cuda/hopper/bwd/ (config.cuh: the named configurations a
 shared-memory maps; mainloop.cuh and kernel_kv80.cuh: the wgmma operands and the P^T / dS^T
 stores; dq_writer.cuh and prepost.cuh: dq_accum's fragment order; scheduler.cuh: the query
 blocks of a key block) for the shipped configurations: BwdHd64 (128 x 128 blocks), BwdHd128
-(64 x 128; BwdHd128Persistent has the same tile and layouts) and BwdHd256 (64 x 80, the
-transposed products of kernel_kv80.cuh).
+(64 x 128; BwdHd128Persistent has the same tile and layouts), BwdHd128Rows80 (80 x 128 without a
+mask: dQ^T = K^T dS^T from a query-major dS tile) and BwdHd256 (64 x 80, the transposed products
+of kernel_kv80.cuh).
 
 1. Layouts. Shared memory is a byte array written the way TMA writes a 128B-swizzled box and the
    way the kernels' sw128_offset() / stmatrix (.trans) stores write P^T / dS^T; every wgmma operand
@@ -54,6 +55,8 @@ class Cfg:
         assert self.col_splits == 1, "BwdTile: block_n == 128"
         self.s_cols = block_m // self.col_splits
         self.dkv_cols = head_dim // self.col_splits
+        # block_m 80 (dq_transposed): warpgroup c takes dQ^T's head-dim rows [64c, 64c + 64).
+        self.dq_transposed = block_m == 80
         self.dq_row_slices = block_m // 64
         self.dq_col_slices = self.W // self.dq_row_slices
         self.dq_cols = head_dim // self.dq_col_slices
@@ -71,6 +74,9 @@ class Cfg:
         self.ds_off = self.do_off + 2 * self.q_tile_bytes
         self.dq_off = self.ds_off + 2 * self.pds_tile_bytes
         self.smem_bytes = self.dq_off + block_m * head_dim * 4
+        # dQ accumulator registers a thread (config.cuh dq_regs) and a warpgroup's piece.
+        self.dq_regs = (block_m if self.dq_transposed else self.dq_cols) // 2
+        self.dq_piece_floats = 128 * self.dq_regs
 
 
 class CfgKv80:
@@ -93,7 +99,11 @@ class CfgKv80:
     epi_row_bytes = 256 * 2 + 16
 
 
-CONFIGS = [Cfg("BwdHd64", 64, 128, 128), Cfg("BwdHd128", 128, 64, 128)]
+CONFIGS = [
+    Cfg("BwdHd64", 64, 128, 128),
+    Cfg("BwdHd128", 128, 64, 128),
+    Cfg("BwdHd128Rows80", 128, 80, 128),
+]
 KV80 = CfgKv80()
 
 # ----------------------------------------------------------------------------------------------
@@ -260,7 +270,34 @@ def check_layouts(cfg: Cfg, rng) -> list[str]:
         wg_regs[c] = (r, s, pt_regs, dst_regs)
         # store_pds: pairs (j, i) of packed registers to the swizzled dS^T tile (stmatrix x4:
         # matrix m = fragment (i = m % 2, j + m / 2), lane l addresses row l % 8 of matrix l / 8).
-        for w in range(4):
+        # dq_transposed: store_ds_query_major, the same matrices stored transposed (.trans) into
+        # the query-major tile: lane l addresses query row 8 (j + m / 2) + l % 8, keys from
+        # 64 r + 16 w + 8 (m % 2) (chunk r).
+        for w in range(4 if cfg.dq_transposed else 0):
+            for j in range(0, ns // 8, 2):
+                frags = []
+                for m in range(4):
+                    jj, i = j + m // 2, m % 2
+                    frags.append(
+                        [
+                            (
+                                dst_regs[32 * w + ln, 4 * jj + 2 * i],
+                                dst_regs[32 * w + ln, 4 * jj + 2 * i + 1],
+                            )
+                            for ln in range(32)
+                        ]
+                    )
+                row_addr = []
+                for ln in range(32):
+                    m = ln // 8
+                    query = 8 * (j + m // 2) + ln % 8
+                    key = 64 * r + 16 * w + 8 * (m % 2)
+                    row_addr.append(ds_tile + sw128_offset(query, key, cfg.chunk_bytes_q))
+                # stmatrix_trans wants swizzled byte addresses of each row start; sw128_offset
+                # already applies the swizzle to the 16-byte unit, and a row's 8 values are
+                # contiguous inside it.
+                stmatrix_trans(smem, row_addr, frags)
+        for w in range(0 if cfg.dq_transposed else 4):
             for j in range(0, ns // 8, 2):
                 frags = []
                 for m in range(4):
@@ -312,6 +349,22 @@ def check_layouts(cfg: Cfg, rng) -> list[str]:
                 errs.append(f"{cfg.name} wg{c}: {name} wrong")
         qs, ds = c % cfg.dq_row_slices, c // cfg.dq_row_slices
         col0 = ds * cfg.dq_cols
+        if cfg.dq_transposed:
+            # issue_dqt: A = K^T (K's chunk ds, MN-major), B = dS (query-major tile, K-major).
+            acc = np.zeros((64, BM))
+            for kk in range(BN // 16):
+                a = read_mnmajor(
+                    smem,
+                    cfg.k_off + ds * cfg.chunk_bytes_kv + kk * 16 * 128,
+                    cfg.chunk_bytes_kv,
+                    64,
+                )
+                b = read_kmajor(smem, ds_tile + (kk // 4) * cfg.chunk_bytes_q + (kk % 4) * 32, BM)
+                acc += a @ b.T
+            ref = (dSt.T @ K[:, col0 : col0 + 64]).T
+            if not np.allclose(acc, ref):
+                errs.append(f"{cfg.name} wg{c}: dQ^T piece wrong")
+            continue
         acc = np.zeros((64, cfg.dq_cols))
         a_start = ds_tile + qs * cfg.chunk_bytes_kv
         b_start = cfg.k_off + (col0 // 64) * cfg.chunk_bytes_kv
@@ -331,7 +384,8 @@ def check_layouts(cfg: Cfg, rng) -> list[str]:
         cover_dkv[64 * r : 64 * r + 64, s * cfg.dkv_cols : (s + 1) * cfg.dkv_cols] += 1
         cover_s[64 * r : 64 * r + 64, s * cfg.s_cols : (s + 1) * cfg.s_cols] += 1
         qs, ds = c % cfg.dq_row_slices, c // cfg.dq_row_slices
-        cover_dq[64 * qs : 64 * qs + 64, ds * cfg.dq_cols : (ds + 1) * cfg.dq_cols] += 1
+        rows = slice(0, BM) if cfg.dq_transposed else slice(64 * qs, 64 * qs + 64)
+        cover_dq[rows, ds * cfg.dq_cols : (ds + 1) * cfg.dq_cols] += 1
     if not (cover_dkv == 1).all():
         errs.append(f"{cfg.name}: dK/dV ownership does not cover the tile once")
     if not (cover_dq == 1).all():
@@ -498,7 +552,9 @@ def tiled_backward(cfg, q, k, v, o, lse, do, dlse, scale, causal):
     sk, hkv = k.shape[1], k.shape[2]
     grp = hq // hkv
     BM, BN = cfg.BM, cfg.BN
-    pad = (sq + 127) // 128 * 128
+    rows = (sq + 79) // 80 * 80 if D == 128 else sq
+    pad = (rows + 127) // 128 * 128  # workspace.h bwd_seq_q_pad
+    assert pad >= (sq + BM - 1) // BM * BM
     log2e = 1.4426950408889634
     # Preprocess (lse2, delta', padded).
     lse2 = np.full((b, hq, pad), np.inf)
@@ -602,7 +658,15 @@ def check_tiling(cfg, rng) -> list[str]:
 
 
 def dq_frag_offset(cfg: Cfg, c, t, k):
-    return c * 64 * cfg.dq_cols + 2 * ((k // 2) * 128 + t) + k % 2
+    return c * cfg.dq_piece_floats + 2 * ((k // 2) * 128 + t) + k % 2
+
+
+def dq_accum_offset_any(cfg: Cfg, row, col):
+    """dq_transposed: (query row, head-dim col) -> the dQ^T piece's fragment slot."""
+    c, r = col // 64, col % 64
+    t = 32 * (r // 16) + 4 * (r % 8) + (row % 8) // 2
+    k = 4 * (row // 8) + 2 * ((r % 16) // 8) + row % 2
+    return dq_frag_offset(cfg, c, t, k)
 
 
 def dq_accum_offset(cfg: Cfg, row, col):
@@ -626,10 +690,13 @@ def check_dq_tile(cfg: Cfg) -> list[str]:
     written = np.zeros(BM * D, dtype=int)
     for c in range(cfg.W):
         qs, ds = c % cfg.dq_row_slices, c // cfg.dq_row_slices
-        piece = dq[64 * qs : 64 * qs + 64, ds * cfg.dq_cols : (ds + 1) * cfg.dq_cols]
+        if cfg.dq_transposed:
+            piece = dq[:, ds * cfg.dq_cols : (ds + 1) * cfg.dq_cols].T  # dQ^T rows [64 ds, ...)
+        else:
+            piece = dq[64 * qs : 64 * qs + 64, ds * cfg.dq_cols : (ds + 1) * cfg.dq_cols]
         regs = scatter_acc(piece)
         for t in range(128):
-            for u in range(cfg.dq_cols // 4):
+            for u in range(cfg.dq_regs // 2):
                 off = dq_frag_offset(cfg, c, t, 2 * u)
                 # the kernel: base = dq_frag_offset(c, tid, 0), then + 256 floats per pair
                 if off != dq_frag_offset(cfg, c, t, 0) + 256 * u or off % 2:
@@ -638,13 +705,18 @@ def check_dq_tile(cfg: Cfg) -> list[str]:
                     tile[off + e] = regs[t, 2 * u + e]
                     written[off + e] += 1
         for w in range(4):
-            for u in range(cfg.dq_cols // 4):
+            for u in range(cfg.dq_regs // 2):
                 offs = [dq_frag_offset(cfg, c, 32 * w + ln, 2 * u) for ln in range(32)]
                 if offs != list(range(offs[0], offs[0] + 64, 2)):
                     errs.append(f"{cfg.name}: warp {w} pair {u} of c={c} not 256 contiguous bytes")
     if (written != 1).any():
         errs.append(f"{cfg.name}: dQ tile elements written {written.min()}..{written.max()} times")
     for row in range(BM):
+        if cfg.dq_transposed:
+            got = [tile[dq_accum_offset_any(cfg, row, col)] for col in range(D)]
+            if not np.array_equal(got, dq[row]):
+                errs.append(f"{cfg.name}: postprocess read of row {row}")
+            continue
         for col in range(0, D, 8):
             o = dq_accum_offset(cfg, row, col)
             if not np.array_equal(tile[o : o + 8], dq[row, col : col + 8]):
