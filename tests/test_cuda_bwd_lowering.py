@@ -124,8 +124,10 @@ def test_cuda_backward_has_a_workspace_result_of_the_extensions_size():
 
 def _formula(b, sq, hq, d):
     """cuda/hopper/bwd/workspace.h's layout in Python: dq_accum, the semaphores + the tile
-    counter, lse2, delta, each rounded up to 256 bytes, + 256 slack."""
-    rows = b * hq * ((sq + 127) // 128 * 128)
+    counter, lse2, delta, each rounded up to 256 bytes, + 256 slack. Query rows are padded to
+    a multiple of 128, and at head dim 128 first to a multiple of 80 (the 80-row tile)."""
+    padded = (sq + 79) // 80 * 80 if d == 128 else sq
+    rows = b * hq * ((padded + 127) // 128 * 128)
 
     def up(x):
         return (x + 255) // 256 * 256
@@ -134,7 +136,15 @@ def _formula(b, sq, hq, d):
 
 
 @pytest.mark.parametrize(
-    "shape", [(1, 1, 1, 64), (2, 100, 4, 64), (3, 1000, 8, 128), (1, 129, 3, 256), (0, 0, 0, 64)]
+    "shape",
+    [
+        (1, 1, 1, 64),
+        (2, 100, 4, 64),
+        (3, 1000, 8, 128),
+        (1, 128, 2, 128),
+        (1, 129, 3, 256),
+        (0, 0, 0, 64),
+    ],
 )
 def test_workspace_bytes_follow_the_formula(shape):
     assert _ffi.cuda_bwd_workspace_bytes(*shape) == _formula(*shape)
@@ -146,6 +156,11 @@ def test_workspace_bytes_come_from_the_extension():
     # Padded to whole 128-row blocks: 1 and 128 query rows need the same workspace.
     assert _ffi.cuda_bwd_workspace_bytes(1, 128, 1, 64) == small
     assert _ffi.cuda_bwd_workspace_bytes(1, 129, 1, 64) > small
+    # At head dim 128 the rows are padded to 80 first: 128 rows take two 80-row blocks (160
+    # rows, then 256), as 160 do, and more than 80 rows (one block, 128).
+    hd128 = _ffi.cuda_bwd_workspace_bytes(1, 128, 1, 128)
+    assert hd128 == _ffi.cuda_bwd_workspace_bytes(1, 160, 1, 128)
+    assert hd128 > _ffi.cuda_bwd_workspace_bytes(1, 80, 1, 128)
     assert _ffi.cuda_bwd_workspace_bytes(0, 0, 0, 64) >= 0
     with pytest.raises(ValueError, match="non-negative"):
         _ffi.cuda_bwd_workspace_bytes(-1, 1, 1, 64)
