@@ -40,8 +40,9 @@ struct BwdTile {
   static constexpr bool kv80() { return false; }
   // 80 query rows a step (FA3's and FA4's hd128 tile without a mask): dQ^T = K^T dS^T (above).
   static constexpr bool dq_transposed() { return BlockM == 80; }
-  // The 80-row tile is built for plain dense attention only: a causal or variant mask would cut
-  // 80-row blocks across the 64-row steps the other configurations' masks and ranks assume.
+  // The 80-row tile is built for plain dense attention only (as FA3 and FA4 use it): the causal
+  // and variant paths (ranks, bands, per-warp mask facts) are written and checked for the 64- and
+  // 128-row tiles, and its 208 accumulator registers leave no room for their code.
   static constexpr bool dense_only() { return dq_transposed(); }
   // One CTA per SM looping over (key block, kv head, batch) tiles taken from a global counter
   // (bwd_kernel_persistent): the next tile's K/V loads overlap this tile's dK/dV stores, the

@@ -140,7 +140,8 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
 
 // The instantiation set per dtype: (kDense | kCausal | kVariant) without the soft cap and kVariant
 // with it (a soft-capped problem always runs the kVariant mask; causal is folded into its band).
-// The persistent configuration is built for plain dense and causal attention only.
+// The persistent configuration is built for plain dense and causal attention only, the 80-row
+// one (Cfg::dense_only) for dense attention without a mask only.
 template <class T, class Cfg>
 std::string launch_bwd_kind(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
                             const BwdSchedule& schedule) {
