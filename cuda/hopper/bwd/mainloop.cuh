@@ -4,7 +4,9 @@
 // Working with transposed scores (S^T rather than S, FA3's SdP_swapAB) makes P^T and dS^T come
 // out of the wgmma in the accumulator layout of the A operand of dV/dK, so they never leave the
 // registers for those two products; dQ needs dS with keys as the reduction dimension, which is
-// exactly dS^T stored row by row (an MN-major A operand), so no transpose is ever done.
+// exactly dS^T stored row by row (an MN-major A operand), so no transpose is ever done. The
+// 80-row tile (Cfg::dq_transposed) is the exception: no wgmma has M = 80, so it takes dQ^T = K^T
+// dS^T and stores dS query-major with stmatrix.trans (issue_dqt, store_ds_query_major).
 #pragma once
 #include <climits>
 #include <cstdint>
