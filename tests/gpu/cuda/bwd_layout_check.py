@@ -273,7 +273,7 @@ def check_layouts(cfg: Cfg, rng) -> list[str]:
         # dq_transposed: store_ds_query_major, the same matrices stored transposed (.trans) into
         # the query-major tile: lane l addresses query row 8 (j + m / 2) + l % 8, keys from
         # 64 r + 16 w + 8 (m % 2) (chunk r).
-        for w in range(4 if cfg.dq_transposed else 0):
+        for w in range(4):
             for j in range(0, ns // 8, 2):
                 frags = []
                 for m in range(4):
@@ -287,30 +287,16 @@ def check_layouts(cfg: Cfg, rng) -> list[str]:
                             for ln in range(32)
                         ]
                     )
-                row_addr = []
-                for ln in range(32):
-                    m = ln // 8
-                    query = 8 * (j + m // 2) + ln % 8
-                    key = 64 * r + 16 * w + 8 * (m % 2)
-                    row_addr.append(ds_tile + sw128_offset(query, key, cfg.chunk_bytes_q))
-                # stmatrix_trans wants swizzled byte addresses of each row start; sw128_offset
-                # already applies the swizzle to the 16-byte unit, and a row's 8 values are
-                # contiguous inside it.
-                stmatrix_trans(smem, row_addr, frags)
-        for w in range(0 if cfg.dq_transposed else 4):
-            for j in range(0, ns // 8, 2):
-                frags = []
-                for m in range(4):
-                    jj, i = j + m // 2, m % 2
-                    frags.append(
-                        [
-                            (
-                                dst_regs[32 * w + ln, 4 * jj + 2 * i],
-                                dst_regs[32 * w + ln, 4 * jj + 2 * i + 1],
-                            )
-                            for ln in range(32)
-                        ]
-                    )
+                if cfg.dq_transposed:
+                    # sw128_offset is the swizzled start of each row's 16 contiguous bytes.
+                    row_addr = []
+                    for ln in range(32):
+                        m = ln // 8
+                        query = 8 * (j + m // 2) + ln % 8
+                        key = 64 * r + 16 * w + 8 * (m % 2)
+                        row_addr.append(ds_tile + sw128_offset(query, key, cfg.chunk_bytes_q))
+                    stmatrix_trans(smem, row_addr, frags)
+                    continue
                 for m in range(4):
                     for ln in range(32):
                         row = 64 * r + 16 * w + ln // 4 + 8 * (m % 2)
