@@ -35,35 +35,27 @@ template <class T, class Cfg, int N>
 __device__ __forceinline__ void issue_transposed_scores(float (&acc)[N / 2], const uint8_t* x_tile, int r,
                                                         const uint8_t* y_tile, int col0) {
   using Tag = typename WgmmaTag<T>::type;
-  if constexpr (Cfg::dq_transposed()) {
-    // X's descriptors as Y's plus the byte distance (both K-major, the same fields): Y's ring
-    // stage makes them loop-variant, so they are formed per step on the uniform datapath. As
-    // loop invariants, X's 8 descriptors (and dQ^T's) stayed live across the step loop of the
-    // 80-row tile, whose 208 accumulator registers left no room: 152 B of spills, 12 local loads
-    // and stores a step (ptxas -v, SASS).
-    const auto y0 = MmaSmemDescriptor::sw128(y_tile + col0 * 128, 0);
-    const int64_t x_minus_y =
-        (int64_t(smem_addr(x_tile + r * 64 * 128)) - int64_t(smem_addr(y_tile + col0 * 128))) / 16;
+  // dq_transposed: X's descriptors as Y's plus the byte distance (both K-major, the same fields):
+  // Y's ring stage makes them loop-variant, so they are formed per step on the uniform datapath.
+  // As loop invariants, X's 8 descriptors (and dQ^T's) stayed live across the step loop of the
+  // 80-row tile, whose 208 accumulator registers left no room: 152 B of spills, 12 local loads
+  // and stores a step (ptxas -v, SASS). The 64-row tiles keep X's own descriptors.
+  const auto y0 = MmaSmemDescriptor::sw128(y_tile + col0 * 128, 0);
+  const int64_t x_minus_y =
+      (int64_t(smem_addr(x_tile + r * 64 * 128)) - int64_t(smem_addr(y_tile + col0 * 128))) / 16;
 #pragma unroll
-    for (int kk = 0; kk < Cfg::head_dim() / 16; ++kk) {
-      const int chunk = kk / 4;
-      const uint32_t within = (kk % 4) * 32;  // 16 elements = 32 bytes inside a swizzle row
-      const auto b = y0.plus_bytes(chunk * Cfg::chunk_bytes_q() + within);
-      const uint64_t a =
-          b.bits + uint64_t(x_minus_y + chunk * (int64_t(Cfg::chunk_bytes_kv()) - int64_t(Cfg::chunk_bytes_q())) / 16);
-      WgmmaSS<Tag, N>::template mma<0, 0>(acc, a, b.bits, kk > 0 ? 1u : 0u);
+  for (int kk = 0; kk < Cfg::head_dim() / 16; ++kk) {
+    const int chunk = kk / 4;
+    const uint32_t within = (kk % 4) * 32;  // 16 elements = 32 bytes inside a swizzle row
+    uint64_t a, b;
+    if constexpr (Cfg::dq_transposed()) {
+      b = y0.plus_bytes(chunk * Cfg::chunk_bytes_q() + within).bits;
+      a = b + uint64_t(x_minus_y + chunk * (int64_t(Cfg::chunk_bytes_kv()) - int64_t(Cfg::chunk_bytes_q())) / 16);
+    } else {
+      a = MmaSmemDescriptor::sw128(x_tile + chunk * Cfg::chunk_bytes_kv() + r * 64 * 128, 0).plus_bytes(within).bits;
+      b = MmaSmemDescriptor::sw128(y_tile + chunk * Cfg::chunk_bytes_q() + col0 * 128, 0).plus_bytes(within).bits;
     }
-  } else {
-#pragma unroll
-    for (int kk = 0; kk < Cfg::head_dim() / 16; ++kk) {
-      const int chunk = kk / 4;
-      const uint32_t within = (kk % 4) * 32;  // 16 elements = 32 bytes inside a swizzle row
-      const auto a = MmaSmemDescriptor::sw128(x_tile + chunk * Cfg::chunk_bytes_kv() + r * 64 * 128, 0)
-                         .plus_bytes(within);
-      const auto b = MmaSmemDescriptor::sw128(y_tile + chunk * Cfg::chunk_bytes_q() + col0 * 128, 0)
-                         .plus_bytes(within);
-      WgmmaSS<Tag, N>::template mma<0, 0>(acc, a.bits, b.bits, kk > 0 ? 1u : 0u);
-    }
+    WgmmaSS<Tag, N>::template mma<0, 0>(acc, a, b, kk > 0 ? 1u : 0u);
   }
 }
 
