@@ -112,7 +112,7 @@ inline BwdConfigId bwd_config_for(const BwdProblem& p) {
   // dense and causal attention (a band leaves key blocks without steps, which its writer's
   // hand-over does not model). Dense problems without a mask run the 80-row tile.
   if (p.head_dim == 128) {
-    if (bwd_mask_kind(p) == MaskKind::kDense && p.variant.softcap == 0.f) return BwdConfigId::kHd128Rows80;
+    if (bwd_mask_kind(p) == MaskKind::kDense) return BwdConfigId::kHd128Rows80;  // a soft cap is kVariant
     return p.seq_k <= kBwdShortSeqK && !p.deterministic && bwd_is_plain(p) ? BwdConfigId::kHd128Persistent
                                                                             : BwdConfigId::kHd128;
   }

@@ -146,7 +146,7 @@ template <class T, class Cfg>
 std::string launch_bwd_kind(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
                             const BwdSchedule& schedule) {
   if constexpr (Cfg::dense_only()) {
-    if (bwd_mask_kind(p) != MaskKind::kDense || p.variant.softcap > 0.f) {
+    if (bwd_mask_kind(p) != MaskKind::kDense) {  // a soft cap is kVariant too
       return std::string("backward: the ") + Cfg::name() +
              " configuration runs dense problems without a mask only (causal, a window, lengths, segment ids or a "
              "soft cap run the 64-row configurations)";
