@@ -290,11 +290,6 @@ struct BwdHd128Persistent : BwdTile<128, 64, 128, 40, 232, true> {
   static constexpr const char* name() { return "hd128 persistent"; }
 };
 
-// hd64 on the persistent kernel (as BwdHd128Persistent: 40 producer registers for the tile loop).
-struct BwdHd64Persistent : BwdTile<64, 128, 128, 40, 232, true> {
-  static constexpr const char* name() { return "hd64 persistent"; }
-};
-
 // hd256: 64 x 80 blocks, transposed dK/dV/dQ products, dQ by 16-byte atomics (kernel_kv80.cuh).
 struct BwdHd256 : BwdTileKv80<256> {
   static constexpr const char* name() { return "hd256 (64x80)"; }

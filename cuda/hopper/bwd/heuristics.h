@@ -10,13 +10,12 @@
 
 namespace fa4::hopper {
 
-enum class BwdConfigId { kHd64, kHd64Persistent, kHd128, kHd128Rows80, kHd128Persistent, kHd256 };
+enum class BwdConfigId { kHd64, kHd128, kHd128Rows80, kHd128Persistent, kHd256 };
 
 // The configuration's name() (config.cuh), for messages and the harness.
 inline const char* bwd_config_name(BwdConfigId id) {
   switch (id) {
     case BwdConfigId::kHd64: return "hd64";
-    case BwdConfigId::kHd64Persistent: return "hd64 persistent";
     case BwdConfigId::kHd128: return "hd128";
     case BwdConfigId::kHd128Rows80: return "hd128 (80x128)";
     case BwdConfigId::kHd128Persistent: return "hd128 persistent";
@@ -108,9 +107,7 @@ inline int bwd_band_reach(const ProblemShape& p) {
 }
 
 inline BwdConfigId bwd_config_for(const BwdProblem& p) {
-  if (p.head_dim == 64)
-    return p.causal && p.seq_k <= kBwdShortSeqK && !p.deterministic && bwd_is_plain(p) ? BwdConfigId::kHd64Persistent
-                                                                                      : BwdConfigId::kHd64;
+  if (p.head_dim == 64) return BwdConfigId::kHd64;
   // Variant problems and causal bands run the grid kernel: the persistent one is built for plain
   // dense and causal attention (a band leaves key blocks without steps, which its writer's
   // hand-over does not model). Dense problems without a mask run the 80-row tile.
@@ -124,7 +121,7 @@ inline BwdConfigId bwd_config_for(const BwdProblem& p) {
 
 // The (query rows, keys) block of a configuration (config.cuh).
 inline void bwd_config_blocks(BwdConfigId id, int* block_m, int* block_n) {
-  *block_m = id == BwdConfigId::kHd64 || id == BwdConfigId::kHd64Persistent ? 128 : id == BwdConfigId::kHd128Rows80 ? 80 : 64;
+  *block_m = id == BwdConfigId::kHd64 ? 128 : id == BwdConfigId::kHd128Rows80 ? 80 : 64;
   *block_n = id == BwdConfigId::kHd256 ? 80 : 128;
 }
 
@@ -182,7 +179,7 @@ inline BwdPlan bwd_plan(const BwdProblem& p) {
     return plan;
   }
   const bool gqa = bwd_gqa_lpt_wanted(p);
-  const bool lpt = plan.config == BwdConfigId::kHd128Persistent || plan.config == BwdConfigId::kHd64Persistent || bwd_lpt_wanted(p.head_dim, p.seq_k) || gqa;
+  const bool lpt = plan.config == BwdConfigId::kHd128Persistent || bwd_lpt_wanted(p.head_dim, p.seq_k) || gqa;
   int section = bwd_lpt_section(p);
   if (gqa) {
     const int64_t pairs = p.heads_kv * p.batch;
