@@ -82,14 +82,10 @@ inline bool bwd_causal_band(const ProblemShape& p) {
 }
 
 // The mask kind the backward's grid kernels run a problem under: a causal band runs kCausal (with
-// the band's left edge), and so does plain causal attention with a soft cap at hd64 / hd128
-// (bwd_softcap_causal_at); every other window, lengths, segment ids or soft cap kVariant.
+// the band's left edge), every other window, lengths, segment ids or a soft cap kVariant.
 inline MaskKind bwd_mask_kind(const ProblemShape& p) {
   if (bwd_causal_band(p)) return MaskKind::kCausal;
-  if (p.variant.softcap > 0.f)
-    return bwd_softcap_causal_at(int(p.head_dim)) && mask_kind(p) == MaskKind::kCausal ? MaskKind::kCausal
-                                                                                     : MaskKind::kVariant;
-  return mask_kind(p);
+  return p.variant.softcap > 0.f ? MaskKind::kVariant : mask_kind(p);
 }
 
 // Whether the problem runs the kVariant kernels (a window other than a causal band at hd128,
