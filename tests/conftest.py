@@ -11,6 +11,9 @@ if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+# Each failure written to $FA4_FAILED_FILE as it happens (tests/failed_file.py).
+pytest_plugins = ["failed_file"]
+
 jax.config.update("jax_enable_x64", True)
 
 

@@ -130,13 +130,17 @@ if has tests; then
     PYTEST_WORKERS=$([ "${mem:-0}" -ge 120000 ] && echo 12 || echo 6)
   fi
   stamp "pytest tests/gpu ($PYTEST_WORKERS workers)"
-  # No autotuning while testing (the tests compile hundreds of small programs).
+  rm -f "$OUT/failed.txt"
+  # No autotuning while testing (the tests compile hundreds of small programs). FA4_FAILED_FILE
+  # (tests/failed_file.py): each failure's id and error as it happens, so that a run cut off by
+  # its timeout still names its failures.
   XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotune_level=0" FA4_WORST_RATIO_FILE=/tmp/worst_ratio.txt \
-    timeout "$(cap ${TESTS_CAP:-420} 60)" pytest -q -n $PYTEST_WORKERS -p no:cacheprovider --tb=short -W ignore ${TESTS_ARGS:-tests/gpu} \
+    FA4_FAILED_FILE="$OUT/failed.txt" timeout "$(cap ${TESTS_CAP:-420} 60)" pytest -q -n $PYTEST_WORKERS -p no:cacheprovider --tb=short -W ignore ${TESTS_ARGS:-tests/gpu} \
     > "$OUT/pytest.txt" 2>&1
   stamp "pytest rc=$?"
   grep -E "passed|failed|error" "$OUT/pytest.txt" | tail -2 | tee -a "$S"
   grep -E "^(FAILED|ERROR)" "$OUT/pytest.txt" | head -20 | tee -a "$S"
+  [ -s "$OUT/failed.txt" ] && { echo "failures as they happened ($OUT/failed.txt):"; head -20 "$OUT/failed.txt"; } | tee -a "$S"
   cat /tmp/worst_ratio.txt 2>/dev/null | tee -a "$S"
 fi
 
