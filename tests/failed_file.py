@@ -10,14 +10,14 @@ import os
 
 import pytest
 
-_WORKER = pytest.StashKey[bool]()
-_config: pytest.Config | None = None
+# False in an xdist worker (its reports reach the controller, which writes them), and before
+# pytest_configure.
+_writes = False
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _config
-    _config = config
-    config.stash[_WORKER] = hasattr(config, "workerinput")
+    global _writes
+    _writes = not hasattr(config, "workerinput")
 
 
 def _error_line(report: pytest.TestReport) -> str:
@@ -33,7 +33,7 @@ def _error_line(report: pytest.TestReport) -> str:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     path = os.environ.get("FA4_FAILED_FILE")
-    if not path or not report.failed or _config is None or _config.stash.get(_WORKER, False):
+    if not path or not report.failed or not _writes:
         return
     with open(path, "a") as f:
         f.write(f"{report.nodeid} [{report.when}]: {_error_line(report)}\n")

@@ -26,8 +26,9 @@ inline const char* bwd_config_name(BwdConfigId id) {
 // The persistent hd128 kernel runs causal problems when the keys are at most this many and the
 // backward is not deterministic (its tiles go out in completion order, which the semaphore ranks
 // cannot follow): its K/V loads of the next tile overlap the dK/dV stores of this one, which pays
-// when tiles are short. Problems without a mask run the 80-row tile at every length (level with
-// the persistent kernel at 2k, 2-5% ahead of both 64-row kernels at 8k-16k, docs A.6b).
+// when tiles are short. Problems without a mask run the 80-row tile at every length (2-5% ahead
+// of both 64-row kernels at 8k-16k on an H100; at 2k level with the persistent kernel in one run
+// and 1-6% behind it in another, docs A.6b and C.2 item 6).
 constexpr int64_t kBwdShortSeqK = 4096;
 // Causal grid kernels run in the sectioned longest-first order at hd256 and at hd128 up to this
 // seq_k (beyond it the sections lose more L2 reuse than the order gains); not at hd64.
