@@ -1,8 +1,17 @@
-"""A pytest plugin (loaded by tests/conftest.py) that appends each failing test's id and the first
-line of its error to the file named by FA4_FAILED_FILE as soon as the test fails, so that a run
-killed at a time limit (tests/gpu/validate.sh's timeout, a device call's) still says which cases
-failed and why: pytest's own summary is printed only at the end. Under pytest-xdist the
-controller writes the lines (workers forward their reports to it)."""
+"""A pytest plugin (loaded by tests/conftest.py) that keeps a run's outcome on disk while it goes,
+so that a run killed at a time limit (tests/gpu/validate.sh's timeout, a device call's) still says
+what it did, and a later run of the same sources can take up where it stopped:
+
+- FA4_FAILED_FILE: each failing test's id and the first line of its error, appended as soon as
+  the test fails (pytest's own summary is printed only at the end).
+- FA4_PASSED_FILE: each test's id once all its phases (set-up, call, tear-down) have passed;
+  skipped tests are not written, so a resumed run tries them again.
+- FA4_SKIP_FILE: a file of ids (as FA4_PASSED_FILE writes them; lines starting with ``#`` are
+  comments) that this run deselects. Whether the ids still hold for the sources is the caller's
+  to check: validate.sh's TESTS_RESUME accepts only a file written for the same sources.
+
+Under pytest-xdist the controller writes the lines (workers forward their reports to it); every
+process deselects the same ids, so the workers' collections agree."""
 
 from __future__ import annotations
 
@@ -13,11 +22,33 @@ import pytest
 # False in an xdist worker (its reports reach the controller, which writes them), and before
 # pytest_configure.
 _writes = False
+# Ids with a failed phase in this run (so that a passing tear-down does not record them).
+_failed: set[str] = set()
+# Ids whose call phase passed in this run.
+_ran: set[str] = set()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     global _writes
     _writes = not hasattr(config, "workerinput")
+
+
+def _skip_ids() -> set[str]:
+    path = os.environ.get("FA4_SKIP_FILE")
+    if not path:
+        return set()
+    with open(path) as f:
+        return {line.strip() for line in f if line.strip() and not line.startswith("#")}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip = _skip_ids()
+    if not skip:
+        return
+    done = [item for item in items if item.nodeid in skip]
+    if done:
+        config.hook.pytest_deselected(items=done)
+        items[:] = [item for item in items if item.nodeid not in skip]
 
 
 def _error_line(report: pytest.TestReport) -> str:
@@ -31,9 +62,24 @@ def _error_line(report: pytest.TestReport) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    path = os.environ.get("FA4_FAILED_FILE")
-    if not path or not report.failed or not _writes:
-        return
+def _append(path: str, line: str) -> None:
     with open(path, "a") as f:
-        f.write(f"{report.nodeid} [{report.when}]: {_error_line(report)}\n")
+        f.write(line + "\n")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not _writes:
+        return
+    if report.failed:
+        _failed.add(report.nodeid)
+        if path := os.environ.get("FA4_FAILED_FILE"):
+            _append(path, f"{report.nodeid} [{report.when}]: {_error_line(report)}")
+        return
+    # A skip is reported by the set-up (or the call), whose tear-down then passes: the call's
+    # report is the one that says the test ran, so only a test whose call passed is recorded.
+    if report.when == "call" and report.passed:
+        _ran.add(report.nodeid)
+    if report.when == "teardown" and report.nodeid in _ran and report.nodeid not in _failed:
+        if path := os.environ.get("FA4_PASSED_FILE"):
+            _append(path, report.nodeid)
+

@@ -24,7 +24,8 @@
 # HARNESS_PREBUILT names a folder holding fwd_check and bwd_check (and bwd_check_race, the racecheck
 # build with -DFA4_BWD_RELEASE_EVERY_THREAD=1) built with NVCC_FLAGS below (the
 # harness build is then skipped). TESTS_CAP (default 420 s) bounds the pytest stage; TESTS_ARGS (default tests/gpu) picks what it runs, so
-# a run can be split over two device calls (tests/gpu took 440 s with 16 workers on the H200, and
+# a run can be split over two device calls; TESTS_RESUME names an earlier run's $OUT/passed.txt
+# (carried back), whose tests, if it was written for the same sources, are not run again (tests/gpu took 440 s with 16 workers on the H200, and
 # about twice that with 8: the fuzz's float64 oracle is CPU-bound; but at 16 workers the whole
 # suite ran the GPU out of memory: the oracle's jit allocates 6-8 GB on the GPU for the largest
 # fuzz cases and every worker keeps its peak, so PYTEST_WORKERS defaults to 12 on a card of 120 GB or
@@ -129,15 +130,33 @@ if has tests; then
     mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2> /dev/null | head -1)
     PYTEST_WORKERS=$([ "${mem:-0}" -ge 120000 ] && echo 12 || echo 6)
   fi
+  # $OUT/passed.txt: the tests that passed, headed by a fingerprint of the sources; a later run of
+  # the same sources (another device call, a later session) given it as TESTS_RESUME runs only
+  # the rest of its selection. A file from other sources is refused, and everything runs.
+  src=$(find cuda jax_fa4 tests CMakeLists.txt pyproject.toml -type f \( -name '*.py' -o -name '*.cu' \
+          -o -name '*.cuh' -o -name '*.h' -o -name '*.cc' -o -name '*.txt' -o -name '*.toml' \) \
+          -not -path '*/__pycache__/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+  echo "# source $src" > "$OUT/passed.txt"
+  unset FA4_SKIP_FILE
+  if [ -n "${TESTS_RESUME:-}" ]; then
+    if [ "$(head -1 "$TESTS_RESUME" 2> /dev/null)" = "# source $src" ]; then
+      grep -v '^#' "$TESTS_RESUME" | tee "$OUT/resumed.txt" >> "$OUT/passed.txt"
+      export FA4_SKIP_FILE="$OUT/resumed.txt"
+      stamp "resuming: $(grep -vc '^#' "$TESTS_RESUME") tests passed before on these sources are deselected"
+    else
+      stamp "TESTS_RESUME=$TESTS_RESUME is not of these sources (# source $src): running everything"
+    fi
+  fi
   stamp "pytest tests/gpu ($PYTEST_WORKERS workers)"
   rm -f "$OUT/failed.txt"
   # No autotuning while testing (the tests compile hundreds of small programs). FA4_FAILED_FILE
   # (tests/failed_file.py): each failure's id and error as it happens, so that a run cut off by
   # its timeout still names its failures.
   XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotune_level=0" FA4_WORST_RATIO_FILE=/tmp/worst_ratio.txt \
-    FA4_FAILED_FILE="$OUT/failed.txt" timeout "$(cap ${TESTS_CAP:-420} 60)" pytest -q -n $PYTEST_WORKERS -p no:cacheprovider --tb=short -W ignore ${TESTS_ARGS:-tests/gpu} \
+    FA4_FAILED_FILE="$OUT/failed.txt" FA4_PASSED_FILE="$OUT/passed.txt" timeout "$(cap ${TESTS_CAP:-420} 60)" pytest -q -n $PYTEST_WORKERS -p no:cacheprovider --tb=short -W ignore ${TESTS_ARGS:-tests/gpu} \
     > "$OUT/pytest.txt" 2>&1
-  stamp "pytest rc=$?"
+  rc=$?
+  stamp "pytest rc=$rc$([ $rc = 5 ] && [ -n "${FA4_SKIP_FILE:-}" ] && echo ' (nothing left to run: every selected test passed before)')"
   grep -E "passed|failed|error" "$OUT/pytest.txt" | tail -2 | tee -a "$S"
   grep -E "^(FAILED|ERROR)" "$OUT/pytest.txt" | head -20 | tee -a "$S"
   [ -s "$OUT/failed.txt" ] && { echo "failures as they happened ($OUT/failed.txt):"; head -20 "$OUT/failed.txt"; } | tee -a "$S"
