@@ -22,9 +22,7 @@ import pytest
 # False in an xdist worker (its reports reach the controller, which writes them), and before
 # pytest_configure.
 _writes = False
-# Ids with a failed phase in this run (so that a passing tear-down does not record them).
-_failed: set[str] = set()
-# Ids whose call phase passed in this run.
+# Ids whose call phase passed and whose tear-down has not been reported yet.
 _ran: set[str] = set()
 
 
@@ -71,15 +69,16 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if not _writes:
         return
     if report.failed:
-        _failed.add(report.nodeid)
         if path := os.environ.get("FA4_FAILED_FILE"):
             _append(path, f"{report.nodeid} [{report.when}]: {_error_line(report)}")
         return
     # A skip is reported by the set-up (or the call), whose tear-down then passes: the call's
-    # report is the one that says the test ran, so only a test whose call passed is recorded.
+    # report is the one that says the test ran (its set-up passed too), and the tear-down's
+    # (a failed one returned above) completes it.
     if report.when == "call" and report.passed:
         _ran.add(report.nodeid)
-    if report.when == "teardown" and report.nodeid in _ran and report.nodeid not in _failed:
+    elif report.when == "teardown" and report.nodeid in _ran:
+        _ran.discard(report.nodeid)
         if path := os.environ.get("FA4_PASSED_FILE"):
             _append(path, report.nodeid)
 

@@ -24,13 +24,13 @@
 # HARNESS_PREBUILT names a folder holding fwd_check and bwd_check (and bwd_check_race, the racecheck
 # build with -DFA4_BWD_RELEASE_EVERY_THREAD=1) built with NVCC_FLAGS below (the
 # harness build is then skipped). TESTS_CAP (default 420 s) bounds the pytest stage; TESTS_ARGS (default tests/gpu) picks what it runs, so
-# a run can be split over two device calls; TESTS_RESUME names an earlier run's $OUT/passed.txt
-# (carried back), whose tests, if it was written for the same sources, are not run again (tests/gpu took 440 s with 16 workers on the H200, and
+# a run can be split over two device calls (tests/gpu took 440 s with 16 workers on the H200, and
 # about twice that with 8: the fuzz's float64 oracle is CPU-bound; but at 16 workers the whole
 # suite ran the GPU out of memory: the oracle's jit allocates 6-8 GB on the GPU for the largest
 # fuzz cases and every worker keeps its peak, so PYTEST_WORKERS defaults to 12 on a card of 120 GB or
 # more, 6 below (on an 80 GB H100, 12 workers made many fuzz cases fail at once: by the arithmetic,
-# out of memory). STAGES (default "install harness tests
+# out of memory). TESTS_RESUME names an earlier run's $OUT/passed.txt (carried back): if it was
+# written for the same sources, its tests are not run again. STAGES (default "install harness tests
 # sanitize"), BUDGET (default 570), OUT (default
 # /tmp/validate). $OUT/summary.txt has the timeline and verdicts; the logs go beside it.
 set -o pipefail
@@ -135,14 +135,14 @@ if has tests; then
   # the rest of its selection. A file from other sources is refused, and everything runs.
   src=$(find cuda jax_fa4 tests CMakeLists.txt pyproject.toml -type f \( -name '*.py' -o -name '*.cu' \
           -o -name '*.cuh' -o -name '*.h' -o -name '*.cc' -o -name '*.txt' -o -name '*.toml' \) \
-          -not -path '*/__pycache__/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+          | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
   echo "# source $src" > "$OUT/passed.txt"
   unset FA4_SKIP_FILE
   if [ -n "${TESTS_RESUME:-}" ]; then
     if [ "$(head -1 "$TESTS_RESUME" 2> /dev/null)" = "# source $src" ]; then
       grep -v '^#' "$TESTS_RESUME" | tee "$OUT/resumed.txt" >> "$OUT/passed.txt"
       export FA4_SKIP_FILE="$OUT/resumed.txt"
-      stamp "resuming: $(grep -vc '^#' "$TESTS_RESUME") tests passed before on these sources are deselected"
+      stamp "resuming: $(wc -l < "$OUT/resumed.txt") tests passed before on these sources are deselected"
     else
       stamp "TESTS_RESUME=$TESTS_RESUME is not of these sources (# source $src): running everything"
     fi
