@@ -34,6 +34,12 @@ namespace fa4::hopper {
 // (bwd_causal_band, heuristics.h) and the kernels' (BwdTile::causal_bands) both read this.
 constexpr bool bwd_causal_bands_at(int head_dim) { return head_dim == 128; }
 
+// The head dims whose grid configuration runs soft-capped causal problems (no window, lengths or
+// segment ids) on its kCausal kernel with the cap (BwdTile: hd64, hd128): the kVariant kernel's
+// per-element mask pass and its single copy of the step are not needed for a causal mask. hd256
+// (BwdTileKv80) runs every capped problem as kVariant.
+constexpr bool bwd_softcap_causal_at(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
 template <int HeadDim, int BlockM, int BlockN, int ProducerRegs, int ConsumerRegs, bool Persistent>
 struct BwdTile {
   // The 80-key hd256 kernel has its own geometry (BwdTileKv80); these say "not it".
@@ -288,6 +294,11 @@ struct BwdHd128Rows80 : BwdTile<128, 80, 128, 24, 240, false> {
 // registers for the tile loop, the consumers 232).
 struct BwdHd128Persistent : BwdTile<128, 64, 128, 40, 232, true> {
   static constexpr const char* name() { return "hd128 persistent"; }
+};
+
+// hd64 on the persistent kernel (as BwdHd128Persistent: 40 producer registers for the tile loop).
+struct BwdHd64Persistent : BwdTile<64, 128, 128, 40, 232, true> {
+  static constexpr const char* name() { return "hd64 persistent"; }
 };
 
 // hd256: 64 x 80 blocks, transposed dK/dV/dQ products, dQ by 16-byte atomics (kernel_kv80.cuh).

@@ -5,4 +5,6 @@
 namespace fa4::hopper {
 template std::string launch_bwd_config<BwdHd64>(const BwdProblem&, const BwdWorkspace&, cudaStream_t,
                                                 const BwdSchedule&);
+template std::string launch_bwd_config<BwdHd64Persistent>(const BwdProblem&, const BwdWorkspace&, cudaStream_t,
+                                                          const BwdSchedule&);
 }  // namespace fa4::hopper

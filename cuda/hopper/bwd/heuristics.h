@@ -10,12 +10,13 @@
 
 namespace fa4::hopper {
 
-enum class BwdConfigId { kHd64, kHd128, kHd128Rows80, kHd128Persistent, kHd256 };
+enum class BwdConfigId { kHd64, kHd64Persistent, kHd128, kHd128Rows80, kHd128Persistent, kHd256 };
 
 // The configuration's name() (config.cuh), for messages and the harness.
 inline const char* bwd_config_name(BwdConfigId id) {
   switch (id) {
     case BwdConfigId::kHd64: return "hd64";
+    case BwdConfigId::kHd64Persistent: return "hd64 persistent";
     case BwdConfigId::kHd128: return "hd128";
     case BwdConfigId::kHd128Rows80: return "hd128 (80x128)";
     case BwdConfigId::kHd128Persistent: return "hd128 persistent";
@@ -30,6 +31,11 @@ inline const char* bwd_config_name(BwdConfigId id) {
 // of both 64-row kernels at 8k-16k on an H100; at 2k level with the persistent kernel in one run
 // and 1-6% behind it in another, docs A.6b and C.2 item 6).
 constexpr int64_t kBwdShortSeqK = 4096;
+// hd64 runs plain dense and causal problems (not deterministic) on its persistent kernel up to
+// this many keys: kernel-only on an H100 it was ahead of the grid kernel in every measured cell,
+// 1-2.5% dense and 3-3.5% causal at 2k-8k (benchmarks/results/h100-kernel-only-bwd-hd64-persistent.json);
+// longer sequences were not measured.
+constexpr int64_t kBwdHd64PersistentMaxSeqK = 8192;
 // Causal grid kernels run in the sectioned longest-first order at hd256 and at hd128 up to this
 // seq_k (beyond it the sections lose more L2 reuse than the order gains); not at hd64.
 constexpr int64_t kBwdLptMaxSeqK = 4096;
@@ -82,15 +88,23 @@ inline bool bwd_causal_band(const ProblemShape& p) {
          p.seq_q + p.seq_k <= INT_MAX / 2;
 }
 
+// Plain causal attention with a soft cap where it runs the grid's kCausal kernel
+// (bwd_softcap_causal_at): its key blocks' work is causal's, so it takes causal's schedule.
+inline bool bwd_is_capped_causal(const ProblemShape& p) {
+  return p.variant.softcap > 0.f && mask_kind(p) == MaskKind::kCausal && bwd_softcap_causal_at(int(p.head_dim));
+}
+
 // The mask kind the backward's grid kernels run a problem under: a causal band runs kCausal (with
-// the band's left edge), every other window, lengths, segment ids or a soft cap kVariant.
+// the band's left edge), and so does plain causal attention with a soft cap at hd64 / hd128
+// (bwd_softcap_causal_at); every other window, lengths, segment ids or soft cap kVariant.
 inline MaskKind bwd_mask_kind(const ProblemShape& p) {
   if (bwd_causal_band(p)) return MaskKind::kCausal;
-  return p.variant.softcap > 0.f ? MaskKind::kVariant : mask_kind(p);
+  if (p.variant.softcap > 0.f) return bwd_is_capped_causal(p) ? MaskKind::kCausal : MaskKind::kVariant;
+  return mask_kind(p);
 }
 
 // Whether the problem runs the kVariant kernels (a window other than a causal band at hd128,
-// lengths, segment ids or a soft cap).
+// lengths, segment ids, or a soft cap other than on plain causal attention at hd64 / hd128).
 inline bool bwd_is_variant(const ProblemShape& p) { return bwd_mask_kind(p) == MaskKind::kVariant; }
 
 // Plain dense or causal attention: what the persistent configuration is built for.
@@ -108,7 +122,9 @@ inline int bwd_band_reach(const ProblemShape& p) {
 }
 
 inline BwdConfigId bwd_config_for(const BwdProblem& p) {
-  if (p.head_dim == 64) return BwdConfigId::kHd64;
+  if (p.head_dim == 64)
+    return p.seq_k <= kBwdHd64PersistentMaxSeqK && !p.deterministic && bwd_is_plain(p) ? BwdConfigId::kHd64Persistent
+                                                                                      : BwdConfigId::kHd64;
   // Variant problems and causal bands run the grid kernel: the persistent one is built for plain
   // dense and causal attention (a band leaves key blocks without steps, which its writer's
   // hand-over does not model). Dense problems without a mask run the 80-row tile.
@@ -122,7 +138,7 @@ inline BwdConfigId bwd_config_for(const BwdProblem& p) {
 
 // The (query rows, keys) block of a configuration (config.cuh).
 inline void bwd_config_blocks(BwdConfigId id, int* block_m, int* block_n) {
-  *block_m = id == BwdConfigId::kHd64 ? 128 : id == BwdConfigId::kHd128Rows80 ? 80 : 64;
+  *block_m = id == BwdConfigId::kHd64 || id == BwdConfigId::kHd64Persistent ? 128 : id == BwdConfigId::kHd128Rows80 ? 80 : 64;
   *block_n = id == BwdConfigId::kHd256 ? 80 : 128;
 }
 
@@ -159,7 +175,7 @@ struct BwdPlan {
 // persistent kernel hands out causal tiles longest first always (its dynamic tile counter is
 // greedy list scheduling, which wants the longest first).
 //
-// Variant problems and causal bands (not bwd_is_plain): the grid configuration of the head dim;
+// Variant problems and causal bands (not bwd_is_plain; capped causal takes causal's branch): the grid configuration of the head dim;
 // their key blocks go longest first by the band's work (bwd_variant_band_work), not the dense
 // count: last-first when the band makes the last key blocks the longest (a window bounded on the
 // left only; the kVariant kernels only), and in longest-first sections (where the head dim wants
@@ -169,7 +185,7 @@ inline BwdPlan bwd_plan(const BwdProblem& p) {
   BwdPlan plan;
   plan.config = bwd_config_for(p);
   plan.schedule.max_ctas = 0;
-  if (!bwd_is_plain(p)) {
+  if (!bwd_is_plain(p) && !bwd_is_capped_causal(p)) {
     int bm, bn;
     bwd_config_blocks(plan.config, &bm, &bn);
     bool uneven = false, last_longest = false;
@@ -180,7 +196,7 @@ inline BwdPlan bwd_plan(const BwdProblem& p) {
     return plan;
   }
   const bool gqa = bwd_gqa_lpt_wanted(p);
-  const bool lpt = plan.config == BwdConfigId::kHd128Persistent || bwd_lpt_wanted(p.head_dim, p.seq_k) || gqa;
+  const bool lpt = plan.config == BwdConfigId::kHd128Persistent || plan.config == BwdConfigId::kHd64Persistent || bwd_lpt_wanted(p.head_dim, p.seq_k) || gqa;
   int section = bwd_lpt_section(p);
   if (gqa) {
     const int64_t pairs = p.heads_kv * p.batch;

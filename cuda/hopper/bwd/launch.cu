@@ -58,6 +58,7 @@ std::string launch_bwd(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t
   const BwdPlan plan = bwd_plan(p);
   switch (plan.config) {
     case BwdConfigId::kHd64: return launch_bwd_config<BwdHd64>(p, ws, stream, plan.schedule);
+    case BwdConfigId::kHd64Persistent: return launch_bwd_config<BwdHd64Persistent>(p, ws, stream, plan.schedule);
     case BwdConfigId::kHd128: return launch_bwd_config<BwdHd128>(p, ws, stream, plan.schedule);
     case BwdConfigId::kHd128Rows80: return launch_bwd_config<BwdHd128Rows80>(p, ws, stream, plan.schedule);
     case BwdConfigId::kHd128Persistent: return launch_bwd_config<BwdHd128Persistent>(p, ws, stream, plan.schedule);

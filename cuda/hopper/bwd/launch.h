@@ -69,6 +69,7 @@ long long* bwd_phase_probe(long long* ctas);
 
 // The named configurations (bwd/config.cuh).
 struct BwdHd64;
+struct BwdHd64Persistent;
 struct BwdHd128;
 struct BwdHd128Rows80;
 struct BwdHd128Persistent;
@@ -83,6 +84,8 @@ std::string launch_bwd_config(const BwdProblem& p, const BwdWorkspace& ws, cudaS
                               const BwdSchedule& schedule);
 extern template std::string launch_bwd_config<BwdHd64>(const BwdProblem&, const BwdWorkspace&, cudaStream_t,
                                                        const BwdSchedule&);
+extern template std::string launch_bwd_config<BwdHd64Persistent>(const BwdProblem&, const BwdWorkspace&,
+                                                                 cudaStream_t, const BwdSchedule&);
 extern template std::string launch_bwd_config<BwdHd128>(const BwdProblem&, const BwdWorkspace&, cudaStream_t,
                                                         const BwdSchedule&);
 extern template std::string launch_bwd_config<BwdHd128Rows80>(const BwdProblem&, const BwdWorkspace&,

@@ -138,8 +138,8 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
   return {};
 }
 
-// The instantiation set per dtype: (kDense | kCausal | kVariant) without the soft cap and kVariant
-// with it (a soft-capped problem always runs the kVariant mask; causal is folded into its band).
+// The instantiation set per dtype: (kDense | kCausal | kVariant) without the soft cap, kVariant with
+// it, and (hd64 / hd128 grid configurations) kCausal with it for plain causal attention with a cap.
 // The persistent configuration is built for plain dense and causal attention only, the 80-row
 // one (Cfg::dense_only) for dense attention without a mask only.
 template <class T, class Cfg>
@@ -168,6 +168,13 @@ std::string launch_bwd_kind(const BwdProblem& p, const BwdWorkspace& ws, cudaStr
       } else {
         return softcap ? launch_bwd_kernels<T, Cfg, MaskKind::kVariant, true>(p, ws, stream, schedule)
                        : launch_bwd_kernels<T, Cfg, MaskKind::kVariant, false>(p, ws, stream, schedule);
+      }
+    }
+    if (kind == MaskKind::kCausal && softcap) {
+      if constexpr (!Cfg::persistent() && !Cfg::kv80()) {
+        return launch_bwd_kernels<T, Cfg, MaskKind::kCausal, true>(p, ws, stream, schedule);
+      } else {
+        return "backward: unreachable";  // the persistent kernel rejects a cap above; hd256 runs it as kVariant
       }
     }
     return kind == MaskKind::kCausal ? launch_bwd_kernels<T, Cfg, MaskKind::kCausal, false>(p, ws, stream, schedule)

@@ -249,7 +249,7 @@ __device__ __forceinline__ int bwd_band_hide_from(const BwdArgs& args, int key, 
 //     dS is cleared after the packing where the packed P is 0 (for a visible entry whose P
 //     underflowed to 0, dS = 0 * (dP - delta) is 0 anyway when that is finite).
 //   kVariant: the caller follows this (need_mask = false) with bwd_variant_mask_pds.
-// SoftCap (kVariant only): S' = c tanh(u), u = S * softmax_scale / c; P = 2^(c log2(e) t - lse2)
+// SoftCap (kVariant, and kCausal at hd64 / hd128): S' = c tanh(u), u = S * softmax_scale / c; P = 2^(c log2(e) t - lse2)
 // and dS = P (dP - delta) (1 - t^2), the chain rule through the cap (softmax_scale is applied to
 // dK in the epilogue and to dQ in the postprocess, as without the cap). t replaces S in its
 // registers and P is formed in the dS loop, so the cap costs no register.
@@ -258,7 +258,7 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
                                          uint32_t (&dsf)[NS / 4], const BwdArgs& args, const float* lse_cols,
                                          const float* delta_cols, bool need_mask, int key_row0, int query0) {
   constexpr bool Causal = K == MaskKind::kCausal;
-  static_assert(!SoftCap || K == MaskKind::kVariant, "soft-capped problems run the kVariant mask");
+  static_assert(!SoftCap || K != MaskKind::kDense, "soft-capped problems run the kCausal or kVariant mask");
   wgmma_wait<1>();
   fence_regs(st);
   if constexpr (SoftCap) {
@@ -321,6 +321,26 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
   for (int k = 0; k < NS / 4; ++k) {
     pf[k] = pack2<T>(st[2 * k], st[2 * k + 1]);
     dsf[k] = pack2<T>(dpt[2 * k], dpt[2 * k + 1]);
+  }
+  if constexpr (SoftCap && Causal) {
+    // kCausal with the cap forms P in the dS loop, where the thresholds' registers spilled: the
+    // causal select runs here on the packed halves of P (S^T and dP^T are dead by now), and the
+    // pass below clears the dS halves it hid.
+    if (need_mask) {
+      int hide_below[2], hide_from[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        hide_below[i] = bwd_causal_hide_below(args, key_row0 + 8 * i, query0);
+        hide_from[i] = bwd_band_hide_from<Cfg>(args, key_row0 + 8 * i, query0);
+      }
+#pragma unroll
+      for (int k = 0; k < NS / 4; ++k) {
+        const int j = k / 2, i = k % 2;  // halves: elements 4j + 2i + e, key row i, column 8j + e
+        const bool keep0 = 8 * j >= hide_below[i] && 8 * j < hide_from[i];
+        const bool keep1 = 8 * j + 1 >= hide_below[i] && 8 * j + 1 < hide_from[i];
+        pf[k] &= (keep0 ? 0x0000ffffu : 0u) | (keep1 ? 0xffff0000u : 0u);
+      }
+    }
   }
   if (K != MaskKind::kVariant && need_mask) {
 #pragma unroll

@@ -78,6 +78,7 @@ constexpr Target config_target() {
 static const Target kTargets[] = {
     {"library", 0, false, false, nullptr},
     config_target<fa4::hopper::BwdHd64>(),
+    config_target<fa4::hopper::BwdHd64Persistent>(),
     config_target<fa4::hopper::BwdHd128>(),
     config_target<fa4::hopper::BwdHd128Rows80>(),
     config_target<fa4::hopper::BwdHd128Persistent>(),

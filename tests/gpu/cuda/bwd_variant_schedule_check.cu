@@ -32,6 +32,7 @@ namespace fa4::hopper {
 template <class Cfg>
 std::string launch_bwd_config(const BwdProblem&, const BwdWorkspace&, cudaStream_t, const BwdSchedule&) { return "stub"; }
 template std::string launch_bwd_config<BwdHd64>(const BwdProblem&, const BwdWorkspace&, cudaStream_t, const BwdSchedule&);
+template std::string launch_bwd_config<BwdHd64Persistent>(const BwdProblem&, const BwdWorkspace&, cudaStream_t, const BwdSchedule&);
 template std::string launch_bwd_config<BwdHd128>(const BwdProblem&, const BwdWorkspace&, cudaStream_t, const BwdSchedule&);
 template std::string launch_bwd_config<BwdHd128Rows80>(const BwdProblem&, const BwdWorkspace&, cudaStream_t, const BwdSchedule&);
 template std::string launch_bwd_config<BwdHd128Persistent>(const BwdProblem&, const BwdWorkspace&, cudaStream_t, const BwdSchedule&);
