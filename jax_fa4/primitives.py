@@ -13,10 +13,10 @@ q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv], o/do [b, sq, hq, dv], l
   q_len``. They may be negative (ring attention's shifted blocks);
 * ``softcap``: Python float or None (the default): the score ``s`` becomes ``c * tanh(s / c)``;
 * ``extras``: a tuple of names, a subsequence (in this order) of :data:`EXTRAS`, naming the
-  extra operands that follow the regular ones: ``q_lengths`` / ``kv_lengths`` int32 [b] (already
-  clamped to [0, sq] / [0, sk]), ``q_segment_ids`` int32 [b, sq] and ``kv_segment_ids`` int32
-  [b, sk] (both or neither), ``sinks`` float32 [b, hq] (forward only: the backward reads the sink
-  through lse);
+  extra operands that follow the regular ones: ``q_lengths`` / ``kv_lengths`` int32 [b] (any
+  values: the kernels clamp them to [0, sq] / [0, sk]), ``q_segment_ids`` int32 [b, sq] and
+  ``kv_segment_ids`` int32 [b, sk] (both or neither), ``sinks`` float32 [b, hq] (forward only:
+  the backward reads the sink through lse);
 * the backward also ``deterministic`` (bool, default False when not bound: bitwise
   reproducible gradients; the CUDA kernel then orders its dQ adds, the CPU kernel always is and
   ignores it).

@@ -348,12 +348,14 @@ def _local_lengths(
     sk: int,
 ) -> dict[str, jax.Array | None]:
     """The global lengths [b] seen from a (q block, kv block) pair of the contiguous layout: the
-    number of valid positions in each block, ``clip(len - block * size, 0, size)``."""
+    number of valid positions in each block, ``clip(len - block * size, 0, size)`` (the lengths
+    are int32 as given: clamped to the block first, so that no length wraps around)."""
 
     def local(lengths, block, size):
         if lengths is None:
             return None
-        return jnp.clip(lengths - block * size, 0, size).astype(jnp.int32)
+        start = block * size
+        return (jnp.clip(lengths, start, start + size) - start).astype(jnp.int32)
 
     return {
         "q_lengths": local(q_lengths, q_block, sq),

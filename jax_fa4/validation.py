@@ -307,11 +307,15 @@ def _check_int_array(name: str, x: object, shape: tuple[int, ...], what: str) ->
 
 def check_seq_lengths(name: str, lengths: object, batch: int, seq: int) -> jax.Array | None:
     """``query_seq_lengths`` / ``key_value_seq_lengths``: None, or an integer array ``[batch]``,
-    returned as int32 clamped to ``[0, seq]``."""
+    returned as int32 whose values the kernels (and the ring's block arithmetic) clamp to
+    ``[0, seq]``: an int32 array passes through untouched, so a decode step whose cache lengths
+    are an argument runs no XLA op before the kernel; other integer dtypes are clamped before
+    the cast, so that a huge int64 length cannot wrap around."""
     if lengths is None:
         return None
     arr = _check_int_array(name, lengths, (batch,), "[batch]")
-    # Clamped before the cast to int32, so that a huge int64 length cannot wrap around.
+    if np.dtype(arr.dtype) == np.int32:
+        return arr
     return jnp.clip(arr, 0, seq).astype(jnp.int32)
 
 

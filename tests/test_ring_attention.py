@@ -338,6 +338,9 @@ def test_error_kv_not_split_over_ring_axis():
 _IDS = np.array([[0] * 10 + [1] * 30 + [2] * 24, [5] * 3 + [6] * 50 + [7] * 11], np.int32)
 _Q_LENS = np.array([40, 64], np.int32)
 _KV_LENS = np.array([17, 70], np.int32)  # 70 > 64: clamped
+# int32's extremes reach the ring as given: no block arithmetic may wrap them around.
+_Q_LENS_EXTREME = np.array([40, 2**31 - 1], np.int32)
+_KV_LENS_EXTREME = np.array([-(2**31), 2**31 - 1], np.int32)
 
 # (name, layout, options); "ids", "q_lens", "kv_lens" and "sinks" stand for the arrays above.
 VARIANT_CASES = [
@@ -354,6 +357,7 @@ VARIANT_CASES = [
     ("lengths-sinks", "contiguous", dict(q_lens=True, kv_lens=True, sinks=True)),
     ("zigzag-lengths", "zigzag", dict(q_lens=True, kv_lens=True)),
     ("kv-lengths-ids", "contiguous", dict(kv_lens=True, ids=True)),
+    ("lengths-int32-extremes", "contiguous", dict(q_lens="extreme", kv_lens="extreme")),
 ]
 QUICK_VARIANT_CASES = [VARIANT_CASES[6]]
 
@@ -364,10 +368,13 @@ def _variant_args(opts: dict, hq: int):
     kw = {}
     if opts.pop("ids", False):
         kw["segment_ids"] = jnp.asarray(_IDS)
-    if opts.pop("q_lens", False):
-        kw["query_seq_lengths"] = jnp.asarray(_Q_LENS)
-    if opts.pop("kv_lens", False):
-        kw["key_value_seq_lengths"] = jnp.asarray(_KV_LENS)
+    q_lens, kv_lens = opts.pop("q_lens", False), opts.pop("kv_lens", False)
+    if q_lens:
+        kw["query_seq_lengths"] = jnp.asarray(_Q_LENS_EXTREME if q_lens == "extreme" else _Q_LENS)
+    if kv_lens:
+        kw["key_value_seq_lengths"] = jnp.asarray(
+            _KV_LENS_EXTREME if kv_lens == "extreme" else _KV_LENS
+        )
     sinks = None
     if opts.pop("sinks", False):
         sinks = jax.random.normal(jax.random.key(11), (hq,), jnp.float32) + 1.0

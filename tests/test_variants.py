@@ -10,6 +10,7 @@ inputs in tests/test_variants_errors.py.
 from __future__ import annotations
 
 import itertools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -384,6 +385,26 @@ def test_rows_without_keys_and_padding_rows(with_sinks):
     check_variant("empty rows", QUICK, jnp.float32, {**kw, "sinks": sinks}, causal=True)
 
 
+def test_int32_lengths_reach_the_kernel_as_given():
+    """int32 lengths are the custom call's operands untouched (the kernels clamp them), so a
+    decode step whose cache lengths are an argument lowers to the kernel alone, on the CPU and
+    for CUDA; another integer dtype is clamped before its cast to int32."""
+    b, sq, sk, hq, hkv, d = 2, 4, 24, 2, 1, 64
+    q, k, v = random_qkv(case_key("lowered"), b, sq, sk, hq, hkv, d, d, jnp.bfloat16)
+
+    def ops(dtype, platform):
+        def f(lengths):
+            return jax_fa4.attention(q, k, v, causal=True, key_value_seq_lengths=lengths)
+
+        traced = jax.jit(f).trace(jax.ShapeDtypeStruct((b,), dtype))
+        text = traced.lower(lowering_platforms=(platform,)).as_text()
+        return set(re.findall(r"stablehlo\.[a-z_]+", text))
+
+    for platform in ("cpu", "cuda"):
+        assert ops(jnp.int32, platform) == {"stablehlo.constant", "stablehlo.custom_call"}
+        assert {"stablehlo.maximum", "stablehlo.minimum"} <= ops(jnp.int16, platform)
+
+
 def test_lengths_are_clamped_and_any_integer_dtype_is_taken():
     """Lengths below 0 act as 0, above the sequence as the sequence (a huge int64 one too);
     int8 / uint8 lengths and int16 / int64 segment ids give the int32 answer; one segment id
@@ -408,6 +429,16 @@ def test_lengths_are_clamped_and_any_integer_dtype_is_taken():
         return_lse=True,
     )
     for x, y in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    extremes = f(
+        q,
+        k,
+        v,
+        query_seq_lengths=jnp.array([-(2**31), 7, 2**31 - 1], jnp.int32),
+        key_value_seq_lengths=jnp.array([2**31 - 1, -(2**31), 10], jnp.int32),
+        return_lse=True,
+    )
+    for x, y in zip(extremes, want, strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     ql = np.array([3, 20, 11])
     base = f(q, k, v, query_seq_lengths=jnp.asarray(ql, jnp.int32))
