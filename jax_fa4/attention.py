@@ -210,8 +210,9 @@ def attention(
         ``i + off - left <= j <= i + off + right``. ``(w, 0)`` with or without ``causal`` is the
         usual causal window of ``w + 1`` keys. Static (Python ints).
       query_seq_lengths: integer ``[batch]``: the queries ``i >= query_seq_lengths[b]`` are
-        padding: output 0, lse ``-inf`` (no sink), zero gradients. Values are clamped to
-        ``[0, seq_q]`` (``jnp.clip``); any integer dtype (cast to int32 after the clamp).
+        padding: output 0, lse ``-inf`` (no sink), zero gradients. Values outside ``[0, seq_q]``
+        act as clamped to it (the kernels clamp; int32 values reach them as given); any
+        integer dtype (another one is clamped, then cast to int32).
       key_value_seq_lengths: integer ``[batch]``: the keys ``j >= key_value_seq_lengths[b]`` are
         never visible (never read). Clamped to ``[0, seq_k]``, like query_seq_lengths.
       segment_ids: packed sequences: an integer array ``[batch, seq]`` (when ``seq_q ==

@@ -355,13 +355,13 @@ def ring_attention(
         length + 1`` steps instead of the whole ring. With ``layout="zigzag"`` the ring moves the
         blocks into the contiguous layout and back (two ppermutes each way; even local length).
       query_seq_lengths: integer ``[batch]``: queries at global positions ``>= q_len`` are
-        padding (output 0, lse ``-inf``, zero gradients); clamped to ``[0, global seq_q]``. The
-        same on every device of the ring (not split).
+        padding (output 0, lse ``-inf``, zero gradients); values act as clamped to ``[0, global
+        seq_q]``. The same on every device of the ring (not split).
       key_value_seq_lengths: integer ``[batch]``: keys at global positions ``>= kv_len`` are
-        never visible; clamped to ``[0, global seq_k]``. Lengths cannot be combined with
-        ``causal`` or ``local_window_size`` (a ValueError: the lengths would move the band's
-        diagonal per batch entry, which the ring cannot do exactly; mark padding with
-        ``segment_ids`` instead). With ``layout="zigzag"`` the ring runs in the contiguous
+        never visible; values act as clamped to ``[0, global seq_k]``. Lengths cannot be
+        combined with ``causal`` or ``local_window_size`` (a ValueError: the lengths would move
+        the band's diagonal per batch entry, which the ring cannot do exactly; mark padding
+        with ``segment_ids`` instead). With ``layout="zigzag"`` the ring runs in the contiguous
         layout, as with a window.
       segment_ids: packed sequences: this device's ids, an integer array ``[batch, seq_local]``
         (when ``seq_q_local == seq_k_local``) or a pair ``(q_ids [batch, seq_q_local], kv_ids

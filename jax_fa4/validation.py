@@ -310,9 +310,15 @@ def check_seq_lengths(name: str, lengths: object, batch: int, seq: int) -> jax.A
     returned as int32 whose values the kernels (and the ring's block arithmetic) clamp to
     ``[0, seq]``: an int32 array passes through untouched, so a decode step whose cache lengths
     are an argument runs no XLA op before the kernel; other integer dtypes are clamped before
-    the cast, so that a huge int64 length cannot wrap around."""
+    the cast (NumPy values on the host), so that a huge int64 length cannot wrap around."""
     if lengths is None:
         return None
+    if isinstance(lengths, (np.ndarray, np.generic, list, tuple)):
+        # Host values are clamped on the host: with 64-bit types off, jnp.asarray would wrap a
+        # huge int64 length into int32 before any clamp could see it.
+        host = np.asarray(lengths)
+        if host.dtype.kind in "iu" and host.dtype != np.int32:
+            lengths = np.clip(host, 0, seq).astype(np.int32)
     arr = _check_int_array(name, lengths, (batch,), "[batch]")
     if np.dtype(arr.dtype) == np.int32:
         return arr

@@ -448,6 +448,15 @@ def test_lengths_are_clamped_and_any_integer_dtype_is_taken():
         )
     big = f(q, k, v, query_seq_lengths=jnp.array([2**40, 20, 11], jnp.int64))
     np.testing.assert_array_equal(np.asarray(big)[1:], np.asarray(base)[1:])
+    # Without 64-bit types too: a NumPy int64 length past int32, given to the (unjitted) call, is
+    # clamped, not wrapped to 3 (a jitted function's int64 argument is converted by jit first).
+    full = f(q, k, v, query_seq_lengths=jnp.array([sq, 20, 11], jnp.int32))
+    jax.config.update("jax_enable_x64", False)
+    try:
+        huge = jax_fa4.attention(q, k, v, query_seq_lengths=np.array([2**32 + 3, 20, 11], np.int64))
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    np.testing.assert_array_equal(np.asarray(huge), np.asarray(full))
     ids = packed_ids(case_key("ids"), b, sq)
     q2, k2, v2 = q[:, :, :, :], k[:, :sq], v[:, :sq]
     base = f(q2, k2, v2, segment_ids=ids)
