@@ -253,6 +253,19 @@ __device__ __forceinline__ int bwd_band_hide_from(const BwdArgs& args, int key, 
 // and dS = P (dP - delta) (1 - t^2), the chain rule through the cap (softmax_scale is applied to
 // dK in the epilogue and to dQ in the postprocess, as without the cap). t replaces S in its
 // registers and P is formed in the dS loop, so the cap costs no register.
+// The kCausal thresholds of this thread's two key rows (key_row0 and key_row0 + 8) relative to
+// query0: columns below hide_below[i] (before the diagonal) or from hide_from[i] on (past a
+// band's reach) are hidden.
+template <class Cfg>
+__device__ __forceinline__ void bwd_causal_thresholds(const BwdArgs& args, int key_row0, int query0,
+                                                      int (&hide_below)[2], int (&hide_from)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    hide_below[i] = bwd_causal_hide_below(args, key_row0 + 8 * i, query0);
+    hide_from[i] = bwd_band_hide_from<Cfg>(args, key_row0 + 8 * i, query0);
+  }
+}
+
 template <class T, class Cfg, MaskKind K, bool SoftCap, int NS>
 __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 2], uint32_t (&pf)[NS / 4],
                                          uint32_t (&dsf)[NS / 4], const BwdArgs& args, const float* lse_cols,
@@ -282,11 +295,7 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
     }
     if (Causal && need_mask) {
       int hide_below[2], hide_from[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        hide_below[i] = bwd_causal_hide_below(args, key_row0 + 8 * i, query0);
-        hide_from[i] = bwd_band_hide_from<Cfg>(args, key_row0 + 8 * i, query0);
-      }
+      bwd_causal_thresholds<Cfg>(args, key_row0, query0, hide_below, hide_from);
 #pragma unroll
       for (int k = 0; k < NS / 2; ++k) {
         const int j = k / 4, i = (k / 2) % 2, e = k % 2;  // element 4j + 2i + e: key row i, column 8j + e
@@ -328,11 +337,7 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
     // pass below clears the dS halves it hid.
     if (need_mask) {
       int hide_below[2], hide_from[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        hide_below[i] = bwd_causal_hide_below(args, key_row0 + 8 * i, query0);
-        hide_from[i] = bwd_band_hide_from<Cfg>(args, key_row0 + 8 * i, query0);
-      }
+      bwd_causal_thresholds<Cfg>(args, key_row0, query0, hide_below, hide_from);
 #pragma unroll
       for (int k = 0; k < NS / 4; ++k) {
         const int j = k / 2, i = k % 2;  // halves: elements 4j + 2i + e, key row i, column 8j + e
