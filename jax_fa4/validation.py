@@ -315,9 +315,13 @@ def check_seq_lengths(name: str, lengths: object, batch: int, seq: int) -> jax.A
         return None
     if isinstance(lengths, (np.ndarray, np.generic, list, tuple)):
         # Host values are clamped on the host: with 64-bit types off, jnp.asarray would wrap a
-        # huge int64 length into int32 before any clamp could see it.
-        host = np.asarray(lengths)
-        if host.dtype.kind in "iu" and host.dtype != np.int32:
+        # huge int64 length into int32 before any clamp could see it. (A list of traced values
+        # is no host value: it is left to jnp.asarray.)
+        try:
+            host = np.asarray(lengths)
+        except (TypeError, ValueError):  # tracers (TracerArrayConversionError is a TypeError)
+            host = None
+        if host is not None and host.dtype.kind in "iu" and host.dtype != np.int32:
             lengths = np.clip(host, 0, seq).astype(np.int32)
     arr = _check_int_array(name, lengths, (batch,), "[batch]")
     if np.dtype(arr.dtype) == np.int32:

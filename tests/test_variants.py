@@ -457,6 +457,11 @@ def test_lengths_are_clamped_and_any_integer_dtype_is_taken():
     finally:
         jax.config.update("jax_enable_x64", True)
     np.testing.assert_array_equal(np.asarray(huge), np.asarray(full))
+    # A list of traced lengths is no host value: it still works inside jit.
+    listed = jax.jit(lambda a, c: jax_fa4.attention(q, k, v, query_seq_lengths=[a, 20, c]))
+    np.testing.assert_array_equal(
+        np.asarray(listed(jnp.int32(sq), jnp.int32(11))), np.asarray(full)
+    )
     ids = packed_ids(case_key("ids"), b, sq)
     q2, k2, v2 = q[:, :, :, :], k[:, :sq], v[:, :sq]
     base = f(q2, k2, v2, segment_ids=ids)
