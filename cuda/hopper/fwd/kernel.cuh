@@ -221,9 +221,7 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   const int head = tc.head;
   const int batch = tc.batch;
   const TileMask<M> mask = fwd_tile_mask<M>(args, batch);
-  // From lane 0: warp-uniform, so the consumers' Q-tile descriptors stay in uniform registers
-  // (otherwise 8-16 R2UR and their IMADs a key block).
-  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
+  const int wg = threadIdx.x / 128;
   const int lane = threadIdx.x % 32;
   // Every warp computes the tile's key blocks (warp-collective under kVariant), at the entry's
   // register budget (computed after setmaxnreg, the hd256 variant consumer spilled more).

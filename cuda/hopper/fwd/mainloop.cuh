@@ -268,15 +268,11 @@ __device__ __forceinline__ void fwd_pipelined_step(int kb, const uint8_t* q_tile
   named_barrier_arrive(sched_next, kSchedThreads);
   wgmma_wait<1>();  // S done (groups retire in order), PV may still run
   fence_regs(s);
+  k.release(elected);
+  k.advance();
   after_s();
   scores.template prepare<N, Tested>(s, kb, row0, lane);
   softmax.template update<N / 2, !Tested>(s, scale_log2, o_scale);
-  // K(kb) is released only now, and its arrival is made to depend on the softmax's row sum (a sum
-  // of exp2 values: >= 0 or NaN, so the test is always true, but ptxas cannot know): ptxas keeps
-  // the PV wait below this shared-memory arrival and otherwise hoists it above the whole softmax,
-  // so the softmax would never overlap this warpgroup's own PV (intra-warpgroup overlap).
-  k.release(elected && !(softmax.row_sum[1] < -1.f));
-  k.advance();
   wgmma_wait<0>();
   fence_regs(o);
   fence_regs(p);  // the RS wgmma read p asynchronously: keep its registers until here
