@@ -321,7 +321,13 @@ def check_seq_lengths(name: str, lengths: object, batch: int, seq: int) -> jax.A
             host = np.asarray(lengths)
         except (TypeError, ValueError):  # tracers (TracerArrayConversionError is a TypeError)
             host = None
-        if host is not None and host.dtype.kind in "iu" and host.dtype != np.int32:
+        # Only a valid array: a bad one reaches the checks below as given, and its error names it.
+        if (
+            host is not None
+            and host.dtype.kind in "iu"
+            and host.dtype != np.int32
+            and host.shape == (batch,)
+        ):
             lengths = np.clip(host, 0, seq).astype(np.int32)
     arr = _check_int_array(name, lengths, (batch,), "[batch]")
     if np.dtype(arr.dtype) == np.int32:
