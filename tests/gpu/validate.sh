@@ -7,7 +7,8 @@
 #             configurations also with many tiles per CTA and one-pair sections
 #   tests     pytest tests/gpu (jax_fa4 through JAX against the float64 oracle, the error rule)
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck on the harnesses' small shapes
-#             (SANITIZE_TOOLS picks the tools, SANITIZE_JOBS runs that many at once)
+#             (SANITIZE_TOOLS picks the tools, SANITIZE_JOBS runs that many at once; beside the
+#             tests when both run, on a card of 120 GB or more: SANITIZE_BESIDE=0 / 1 decides)
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS (only when named in STAGES; fa4jax and the
 #             FA3 binding from ../shared/peers when .peers/bin/env.sh is there)
 #   variants  benchmarks/bench_variants.py $VARIANTS_ARGS (only when named in STAGES; the peers
@@ -124,6 +125,56 @@ if has harness; then
   grep -hE "^FAIL" $F $B | head -10 | tee -a "$S"
 fi
 
+# The sanitizers: compute-sanitizer over the harnesses' small shapes.
+sanitize_stage() {
+  sanitize() {  # tool, log name, harness binary, its arguments...
+    local tool=$1 name=$2 log="$OUT/sanitize_$1_$2.txt"; shift 2
+    timeout "$(cap ${SANITIZE_CAP:-200} 20)" compute-sanitizer --tool $tool --error-exitcode 9 "$@" > "$log" 2>&1
+    stamp "compute-sanitizer $tool $* rc=$? $(grep -E '(cases|runs) passed' "$log" | tail -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
+    grep -m3 -E "^========= (Invalid|Race|Barrier|Error)" "$log" | tee -a "$S"
+  }
+  # The runs are independent processes: SANITIZE_JOBS (default 4) of them at a time.
+  SPIDS=()
+  throttle() {
+    local n p
+    while :; do
+      n=0
+      for p in "${SPIDS[@]}"; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
+      [ "$n" -lt "${SANITIZE_JOBS:-4}" ] && return
+      sleep 2
+    done
+  }
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
+    # The decode path (split-KV kernel and combine) under memcheck and racecheck: its cases are
+    # not part of --quick.
+    for h in fwd bwd decode; do
+      [ $h = decode ] && [ $tool != memcheck ] && [ $tool != racecheck ] && continue
+      throttle
+      [ "$(left)" -gt 40 ] || { stamp "sanitize: out of time before $tool $h"; break 2; }
+      bin=$H/${h}_check args=--quick
+      [ $h = decode ] && bin=$H/fwd_check args=--decode-only
+      # racecheck of the backward: the racecheck build (above), whose only difference is who
+      # arrives on the empty barriers; the shipped build's report is a known tool artefact (A.6).
+      [ "$tool/$h" = racecheck/bwd ] && [ -x $H/bwd_check_race ] && bin=$H/bwd_check_race
+      sanitize $tool $h $bin $args &
+      SPIDS+=($!)
+    done
+  done
+  for p in "${SPIDS[@]}"; do wait "$p"; done
+}
+
+# With the tests in the same run, the sanitizers run beside them (SANITIZE_BESIDE, default 1 on a
+# card of 120 GB or more, where the tests' workers leave room; 0 runs them after the tests).
+SAN_PID=
+if has sanitize && has tests; then
+  mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2> /dev/null | head -1)
+  if [ "${SANITIZE_BESIDE:-$([ "${mem:-0}" -ge 120000 ] && echo 1 || echo 0)}" = 1 ]; then
+    stamp "sanitizers beside the tests (background)"
+    sanitize_stage &
+    SAN_PID=$!
+  fi
+fi
+
 if has tests; then
   wait_install
   if [ -z "${PYTEST_WORKERS:-}" ]; then  # the oracle's 6-8 GB a worker: 12 fit 141 GB, 6 fit 80 GB
@@ -164,40 +215,7 @@ if has tests; then
 fi
 
 if has sanitize; then
-  sanitize() {  # tool, log name, harness binary, its arguments...
-    local tool=$1 name=$2 log="$OUT/sanitize_$1_$2.txt"; shift 2
-    timeout "$(cap ${SANITIZE_CAP:-200} 20)" compute-sanitizer --tool $tool --error-exitcode 9 "$@" > "$log" 2>&1
-    stamp "compute-sanitizer $tool $* rc=$? $(grep -E '(cases|runs) passed' "$log" | tail -1) $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
-    grep -m3 -E "^========= (Invalid|Race|Barrier|Error)" "$log" | tee -a "$S"
-  }
-  # The runs are independent processes: SANITIZE_JOBS (default 4) of them at a time.
-  SPIDS=()
-  throttle() {
-    local n p
-    while :; do
-      n=0
-      for p in "${SPIDS[@]}"; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
-      [ "$n" -lt "${SANITIZE_JOBS:-4}" ] && return
-      sleep 2
-    done
-  }
-  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
-    # The decode path (split-KV kernel and combine) under memcheck and racecheck: its cases are
-    # not part of --quick.
-    for h in fwd bwd decode; do
-      [ $h = decode ] && [ $tool != memcheck ] && [ $tool != racecheck ] && continue
-      throttle
-      [ "$(left)" -gt 40 ] || { stamp "sanitize: out of time before $tool $h"; break 2; }
-      bin=$H/${h}_check args=--quick
-      [ $h = decode ] && bin=$H/fwd_check args=--decode-only
-      # racecheck of the backward: the racecheck build (above), whose only difference is who
-      # arrives on the empty barriers; the shipped build's report is a known tool artefact (A.6).
-      [ "$tool/$h" = racecheck/bwd ] && [ -x $H/bwd_check_race ] && bin=$H/bwd_check_race
-      sanitize $tool $h $bin $args &
-      SPIDS+=($!)
-    done
-  done
-  for p in "${SPIDS[@]}"; do wait "$p"; done
+  if [ -n "$SAN_PID" ]; then wait "$SAN_PID"; else sanitize_stage; fi
 fi
 
 if has bench; then
