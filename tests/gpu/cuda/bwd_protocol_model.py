@@ -57,9 +57,8 @@ Mutations (--mutate; each must make some trial fail, so the model does see that 
   'q_release_before_dk' (Q's stage released before dK, which reads it, retired); hd64 and hd128
   persistent: 'kv_load_without_empty' (next tile's K/V loaded without the kv_empty wait),
   'kv_empty_before_epilogue' (kv_empty arrived before the dK / dV staging in V was read back),
-  'kv_empty_before_last_dq' (a persistent kernel in the look-ahead order, which none runs now:
-  kv_empty arrived before the last step's dQ, which reads K, retired), 'kv_empty_before_last_step'
-  (kv_empty arrived before the last step); hd256: 'single_pds_buffer', 'do_release_early' (dO freed before dV^T retired),
+  'kv_empty_before_last_dq' (hd64: kv_empty arrived before the last step's dQ, which reads K,
+  retired), 'kv_empty_before_last_step' (hd128: kv_empty arrived before the last step); hd256: 'single_pds_buffer', 'do_release_early' (dO freed before dV^T retired),
   'no_epilogue_barrier' (dK/dV staged over the rings without the first epilogue barrier),
   'release_early' (det: the semaphore released before the other warpgroup's adds are fenced).
 
@@ -720,7 +719,7 @@ PERSISTENT_TILES = [[1], [1, 1], [2, 1, 1, 3], [1, 1, 1, 1, 1], [4, 2, 6], [3, 1
 
 KERNELS = {
     # name: (trial(rng, tiles, mutate), tile-step lists tried). The look-ahead order: hd64 and
-    # hd128 (80x128) on bwd_kernel; dQ under dK: hd128, hd64 persistent and hd128 persistent
+    # hd128 (80x128) on bwd_kernel, hd64 persistent; dQ under dK: hd128 and hd128 persistent
     # (BwdTile::dq_under_dk).
     "hd64/hd128 (80x128)": (
         lambda rng, t, m=None: run_tile_kernel(rng, t, False, mutate=m),
@@ -731,7 +730,7 @@ KERNELS = {
         [[1], [2], [5], [9]],
     ),
     "hd64 persistent": (
-        lambda rng, t, m=None: run_tile_kernel(rng, t, True, mutate=m, order="dq_under_dk"),
+        lambda rng, t, m=None: run_tile_kernel(rng, t, True, mutate=m),
         PERSISTENT_TILES,
     ),
     "hd128": (
@@ -759,7 +758,7 @@ MUTATIONS = (
     ("hd64/hd128 (80x128)", "single_pds_buffer"),
     ("hd64/hd128 (80x128) det", "release_early"),
     ("hd64 persistent", "kv_load_without_empty"),
-    ("hd64 persistent", "kv_empty_before_last_step"),
+    ("hd64 persistent", "kv_empty_before_last_dq"),
     ("hd64 persistent", "kv_empty_before_epilogue"),
     ("hd128", "no_dq_empty_wait"),
     ("hd128", "single_pds_buffer"),
