@@ -84,6 +84,9 @@ build_harness() {
 if command -v nvidia-smi > /dev/null; then
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a "$S"
 fi
+# A card of 120 GB or more (the H200) has room for 12 test workers and the sanitizers beside them.
+GPU_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2> /dev/null | head -1)
+BIG_GPU=$([ "${GPU_MIB:-0}" -ge 120000 ] && echo 1 || echo 0)
 if has install; then
   stamp "pip install . (background)"
   (python3 -m pip install --no-build-isolation -q . > "$OUT/install.txt" 2>&1; echo $? > /tmp/install.rc) &
@@ -167,8 +170,7 @@ sanitize_stage() {
 # card of 120 GB or more, where the tests' workers leave room; 0 runs them after the tests).
 SAN_PID=
 if has sanitize && has tests; then
-  mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2> /dev/null | head -1)
-  if [ "${SANITIZE_BESIDE:-$([ "${mem:-0}" -ge 120000 ] && echo 1 || echo 0)}" = 1 ]; then
+  if [ "${SANITIZE_BESIDE:-$BIG_GPU}" = 1 ]; then
     stamp "sanitizers beside the tests (background)"
     sanitize_stage &
     SAN_PID=$!
@@ -178,8 +180,7 @@ fi
 if has tests; then
   wait_install
   if [ -z "${PYTEST_WORKERS:-}" ]; then  # the oracle's 6-8 GB a worker: 12 fit 141 GB, 6 fit 80 GB
-    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2> /dev/null | head -1)
-    PYTEST_WORKERS=$([ "${mem:-0}" -ge 120000 ] && echo 12 || echo 6)
+    PYTEST_WORKERS=$([ "$BIG_GPU" = 1 ] && echo 12 || echo 6)
   fi
   # $OUT/passed.txt: the tests that passed, headed by a fingerprint of the sources; a later run of
   # the same sources (another device call, a later session) given it as TESTS_RESUME runs only
