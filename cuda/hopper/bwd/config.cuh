@@ -50,6 +50,12 @@ struct BwdTile {
   // and variant paths (ranks, bands, per-warp mask facts) are written and checked for the 64- and
   // 128-row tiles, and its 208 accumulator registers leave no room for their code.
   static constexpr bool dense_only() { return dq_transposed(); }
+  // The step order (bwd_consumer_tile): dQ issued after dV and its piece staged while dK runs
+  // (its shared-memory stores under a register-sourced product), nothing carried across steps;
+  // or the look-ahead order, whose dQ(t) staging runs under the next step's S^T. The 80-row tile
+  // keeps the look-ahead: with dQ^T's 40 accumulators beside dV's operands ptxas serializes its
+  // wgmma pipeline (C7512); hd64's grid kernel spills 88 B in it (8 with the look-ahead).
+  static constexpr bool dq_under_dk() { return HeadDim == 128 && BlockM == 64; }
   // One CTA per SM looping over (key block, kv head, batch) tiles taken from a global counter
   // (bwd_kernel_persistent): the next tile's K/V loads overlap this tile's dK/dV stores, the
   // Q/dO ring and the dQ handshakes run on across tiles.

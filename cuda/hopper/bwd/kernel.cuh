@@ -121,11 +121,12 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
 // (count 8, lane 0 of each consumer warp once the warp's dK/dV epilogue, staged through its
 // warpgroup's V rows, has read them back) gates the next tile's K/V loads (fresh-barrier parity
 // trick for the first). The Q/dO rings, dS^T buffers (via step0) and the dQ writer handshakes
-// continue across tiles. A tile's last step is peeled (its dQ alone, no look-ahead S^T / dP^T),
-// and the loader issues none of the next tile's loads (K/V or Q/dO) before kv_empty. A tile
-// without steps issues S^T / dP^T on whatever K/V and the current stages hold, without waiting,
-// and discards them (an unconditional issue keeps ptxas from serializing the pipeline,
-// mainloop.cuh), so those reads may overlap a later tile's loads.
+// continue across tiles. In the look-ahead order (hd64 persistent) a tile's last step is peeled
+// (its dQ alone, no look-ahead S^T / dP^T), and a tile without steps issues S^T / dP^T on
+// whatever K/V and the current stages hold, without waiting, and discards them (an unconditional
+// issue keeps ptxas from serializing the pipeline, mainloop.cuh), so those reads may overlap a
+// later tile's loads; in the dQ-under-dK order (hd128 persistent) a tile without steps issues
+// nothing. The loader issues none of the next tile's loads (K/V or Q/dO) before kv_empty.
 // Dense and causal problems only (K != kVariant): the loader thread alone computes each tile's
 // range, which the segment narrowing (warp-collective) cannot do; variant problems run the grid
 // kernel (heuristics.h).

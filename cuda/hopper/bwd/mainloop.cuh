@@ -456,9 +456,14 @@ constexpr bool kBwdDenseTileSplit = !kBwdSplitMaskedCopy<Cfg>;
 // kernels call with false, for every other key block: their steps then compile without the mask,
 // which is otherwise tested per step (hd128) or inline per element (hd64, hd128 persistent).
 //
-// Schedule. One iteration = the second half of step t and the first half of step t + 1, so that
-// no wgmma group is in flight across the loop's back edge (ptxas serializes the whole pipeline
-// when one is: C7514/C7515):
+// Schedule (Cfg::dq_under_dk(), config.cuh). No wgmma group is in flight across the step loop's
+// back edge in either order (ptxas serializes the whole pipeline when one is: C7514/C7515).
+//
+// dQ under dK, per step t: S^T(t) and dP^T(t) (SS); P and dS; dV(t) (RS) under the dS^T store and
+// the P / dS barrier; dQ(t) (SS); wait<1>: dV retired, release dO(t); dK(t) (RS); wait<1>: dQ
+// retired, its piece staged under dK; wait<0>: release Q(t).
+//
+// Look-ahead: one iteration = the second half of step t and the first half of step t + 1:
 //   B(t) = dQ(t);  C = S^T(t+1) from Q's next stage;  wait<1>: B retired;  release Q(t), dO(t);
 //   dQ(t) to the shared tile;  D = dP^T(t+1);  then scores_to_ds(t+1): wait<1>: C retired, P^T;
 //   wait<0>: D retired, dS^T; A(t+1) = dV, dK RS; dS^T store; barrier; wait<0>.
@@ -516,119 +521,219 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
 
   float st[NS / 2];
   float dpt[NS / 2];
-  auto scores_to_ds = [&](int m0, int stage, int step) {
-    bool need_mask;
-    if constexpr (K == MaskKind::kVariant) {
-      need_mask = bwd_variant_needs_mask<Cfg>(smem, m0, args.seq_q);
-    } else {
-      // Causal: the block's last key is past the first row's diagonal, or (a band) the block's
-      // last real row is past the reach of its first key.
-      static_assert(KeysPastEnd || K == MaskKind::kDense, "only dense tiles drop the seq_k mask");
-      need_mask = (KeysPastEnd && n0 + Cfg::block_n() > args.seq_k) ||
-                  (Causal && (n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q ||
-                              (bwd_band_bounded<Cfg>(args) && min(m0 + BM, args.seq_q) - 1 - n0 > args.band_reach)));
-    }
-    uint32_t pf[NS / 4];
-    uint32_t dsf[NS / 4];
-    // kDense / kCausal: one copy of the P / dS code per need_mask, so the unmasked one carries no
-    // test at all. kVariant: the float code without a mask, then on masked steps the element pass
-    // on the packed halves (bwd_variant_mask_pds).
-    const float* lse_cols = sLse + stage * BM + s_col0 + col_in_slice;
-    const float* delta_cols = sDelta + stage * BM + s_col0 + col_in_slice;
-    const int query0 = m0 + s_col0 + col_in_slice;
-    if constexpr (K == MaskKind::kVariant) {
-      bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, false, key_row0, query0);
-      if (need_mask) bwd_variant_mask_pds<Cfg, NS>(pf, dsf, args, key_row0, query0, m0, smem);
-    } else if (kBwdSplitMaskedCopy<Cfg> && need_mask) {
-      bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, true, key_row0, query0);
-    } else {
-      bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols,
-                                       kBwdSplitMaskedCopy<Cfg> ? false : need_mask, key_row0, query0);
-    }
-    uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
-    // Pins dK/dV (their zeroing, in the peeled first call) before the fence: zeros sunk past
-    // wgmma_fence make ptxas inject a warpgroup.arrive (C7519). No-op in the loop.
-    fence_regs(dk);
-    fence_regs(dv);
-    wgmma_fence();
-    issue_dkv_rs<T, Cfg>(dv, pf, dO.get(), dkv_col0);
-    issue_dkv_rs<T, Cfg>(dk, dsf, q.get(), dkv_col0);
-    wgmma_commit();
-    if constexpr (Cfg::dq_transposed()) {
-      store_ds_query_major<Cfg, NS>(ds_tile, dsf, r, warp, lane);
-    } else {
-      store_pds<Cfg, NS>(ds_tile, dsf, r, s_col0, warp, lane);
-    }
-    // Generic-proxy stores -> wgmma (async proxy) reads, across both warpgroups.
-    fence_proxy_async_smem();
-    named_barrier_sync(kBwdBarPds, kBwdConsumerThreads);
-    wgmma_wait<0>();  // A retired (it had the store and the barrier to run in)
-    fence_regs(pf);
-    fence_regs(dsf);
-    fence_regs(dk);
-    fence_regs(dv);
-  };
+  if constexpr (Cfg::dq_under_dk()) {
+    // One step: S^T and dP^T; P and dS; dV (RS) under the dS^T store and the P / dS barrier; dQ
+    // (SS) behind it; once dV retired, dO's stage released and dK (RS) issued; once dQ retired, the
+    // dQ piece staged while dK runs (its stores under a register-sourced product, which leaves half
+    // the shared-memory bandwidth free); once dK retired, Q's stage released. Nothing is in flight
+    // across the loop's back edge.
+    auto step_fn = [&](int m0, int step) {
+      issue_st_step<T, Cfg>(st, q, sK, r, s_col0);
+      issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0);
+      bool need_mask;
+      if constexpr (K == MaskKind::kVariant) {
+        need_mask = bwd_variant_needs_mask<Cfg>(smem, m0, args.seq_q);
+      } else {
+        // Causal: the block's last key is past the first row's diagonal, or (a band) the block's
+        // last real row is past the reach of its first key.
+        static_assert(KeysPastEnd || K == MaskKind::kDense, "only dense tiles drop the seq_k mask");
+        need_mask = (KeysPastEnd && n0 + Cfg::block_n() > args.seq_k) ||
+                    (Causal && (n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q ||
+                                (bwd_band_bounded<Cfg>(args) && min(m0 + BM, args.seq_q) - 1 - n0 > args.band_reach)));
+      }
+      uint32_t pf[NS / 4];
+      uint32_t dsf[NS / 4];
+      // kDense / kCausal: one copy of the P / dS code per need_mask, so the unmasked one carries no
+      // test at all. kVariant: the float code without a mask, then on masked steps the element pass
+      // on the packed halves (bwd_variant_mask_pds).
+      const int stage = q.pipe.stage;
+      const float* lse_cols = sLse + stage * BM + s_col0 + col_in_slice;
+      const float* delta_cols = sDelta + stage * BM + s_col0 + col_in_slice;
+      const int query0 = m0 + s_col0 + col_in_slice;
+      if constexpr (K == MaskKind::kVariant) {
+        bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, false, key_row0, query0);
+        if (need_mask) bwd_variant_mask_pds<Cfg, NS>(pf, dsf, args, key_row0, query0, m0, smem);
+      } else if (kBwdSplitMaskedCopy<Cfg> && need_mask) {
+        bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, true, key_row0, query0);
+      } else {
+        bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols,
+                                         kBwdSplitMaskedCopy<Cfg> ? false : need_mask, key_row0, query0);
+      }
+      uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
+      // Pins dK/dV before the fence: zeros sunk past wgmma_fence make ptxas inject a
+      // warpgroup.arrive (C7519).
+      fence_regs(dk);
+      fence_regs(dv);
+      wgmma_fence();
+      issue_dkv_rs<T, Cfg>(dv, pf, dO.get(), dkv_col0);
+      wgmma_commit();
+      if constexpr (Cfg::dq_transposed()) {
+        store_ds_query_major<Cfg, NS>(ds_tile, dsf, r, warp, lane);
+      } else {
+        store_pds<Cfg, NS>(ds_tile, dsf, r, s_col0, warp, lane);
+      }
+      // Generic-proxy stores -> wgmma (async proxy) reads, across both warpgroups.
+      fence_proxy_async_smem();
+      named_barrier_sync(kBwdBarPds, kBwdConsumerThreads);
+      float dq[Cfg::dq_regs()];
+      wgmma_fence();
+      if constexpr (Cfg::dq_transposed()) {
+        issue_dqt<T, Cfg>(dq, sK, dq_col0 / 64, ds_tile);
+      } else {
+        issue_dq<T, Cfg, Cfg::dq_cols()>(dq, ds_tile, qs, sK, dq_col0);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // dV retired (groups retire in order); dQ may run
+      fence_regs(pf);
+      fence_regs(dv);
+      // dO(t) and delta: every wgmma reading them (dP^T, dV) has retired, and every consumer
+      // thread's delta reads fed its dS, stored before the P / dS barrier the elected thread passed.
+      // (The loader refills a stage's Q, then its dO, so dO(t + 2) still waits for Q(t)'s release
+      // below; released here, dO's stage is free as soon as it can be.)
+      dO.release(kBwdReleaseEveryThread || elected);
+      dO.advance();
+      wgmma_fence();
+      issue_dkv_rs<T, Cfg>(dk, dsf, q.get(), dkv_col0);
+      wgmma_commit();
+      wgmma_wait<1>();  // dQ retired; dK may run
+      fence_regs(dq);
+      stage_dq_tile<Cfg>(dq);  // deterministic mode: the writer warp orders the adds
+      wgmma_wait<0>();  // dK retired
+      fence_regs(dsf);
+      fence_regs(dk);
+      // Q(t) and lse: S^T and dK have retired; the lse reads fed P before the barrier.
+      q.release(kBwdReleaseEveryThread || elected);
+      q.advance();
+    };
 
-  issue_st_step<T, Cfg>(st, q, sK, r, s_col0, tile_steps > 0);
-  issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0, tile_steps > 0);
-  if (tile_steps > 0) {
-    scores_to_ds(m_begin * BM, q.pipe.stage, step0);
-  } else {
-    wgmma_wait<0>();
-  }
-  if (probe) bwd_probe_mark(args, kBwdProbeFirstStep);
-  // Group B of step `step`: dQ(t), then (with the next step's S^T, group C, in flight behind it
-  // when there is a next step: LookAhead) Q(t) and dO(t) released and the dQ tile staged.
-  // (`step` = step0 + the step inside this tile: the dS^T buffer of the step.)
-  auto dq_step = [&](int step, auto look_ahead) {
-    constexpr bool LookAhead = decltype(look_ahead)::value;
-    uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
-    wgmma_fence();
-    float dq[Cfg::dq_regs()];
-    if constexpr (Cfg::dq_transposed()) {
-      issue_dqt<T, Cfg>(dq, sK, dq_col0 / 64, ds_tile);
-    } else {
-      issue_dq<T, Cfg, Cfg::dq_cols()>(dq, ds_tile, qs, sK, dq_col0);
+    int m = m_begin;
+    // The probe's events in this order: FirstStep after the whole first step (or at once for a
+    // tile without steps), LoopEnd = LastDq after the last.
+    if (probe && tile_steps == 0) bwd_probe_mark(args, kBwdProbeFirstStep);
+    for (int step = step0; step < step0 + tile_steps; ++step) {
+      step_fn(m * BM, step);
+      if (probe && step == step0) bwd_probe_mark(args, kBwdProbeFirstStep);
+      if (++m == m_end) m = m_begin;
     }
-    wgmma_commit();
-    if constexpr (LookAhead) {
-      // Group C: the next step's S^T.
-      Ring q_next = q;
-      q_next.advance();
-      issue_st_step<T, Cfg>(st, q_next, sK, r, s_col0);
-      wgmma_wait<1>();  // B retired (groups retire in order); C may run
+    if (probe) {
+      bwd_probe_mark(args, kBwdProbeLoopEnd);
+      bwd_probe_mark(args, kBwdProbeLastDq);
+    }
+  } else {
+    auto scores_to_ds = [&](int m0, int stage, int step) {
+      bool need_mask;
+      if constexpr (K == MaskKind::kVariant) {
+        need_mask = bwd_variant_needs_mask<Cfg>(smem, m0, args.seq_q);
+      } else {
+        // Causal: the block's last key is past the first row's diagonal, or (a band) the block's
+        // last real row is past the reach of its first key.
+        static_assert(KeysPastEnd || K == MaskKind::kDense, "only dense tiles drop the seq_k mask");
+        need_mask = (KeysPastEnd && n0 + Cfg::block_n() > args.seq_k) ||
+                    (Causal && (n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q ||
+                                (bwd_band_bounded<Cfg>(args) && min(m0 + BM, args.seq_q) - 1 - n0 > args.band_reach)));
+      }
+      uint32_t pf[NS / 4];
+      uint32_t dsf[NS / 4];
+      // kDense / kCausal: one copy of the P / dS code per need_mask, so the unmasked one carries no
+      // test at all. kVariant: the float code without a mask, then on masked steps the element pass
+      // on the packed halves (bwd_variant_mask_pds).
+      const float* lse_cols = sLse + stage * BM + s_col0 + col_in_slice;
+      const float* delta_cols = sDelta + stage * BM + s_col0 + col_in_slice;
+      const int query0 = m0 + s_col0 + col_in_slice;
+      if constexpr (K == MaskKind::kVariant) {
+        bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, false, key_row0, query0);
+        if (need_mask) bwd_variant_mask_pds<Cfg, NS>(pf, dsf, args, key_row0, query0, m0, smem);
+      } else if (kBwdSplitMaskedCopy<Cfg> && need_mask) {
+        bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, true, key_row0, query0);
+      } else {
+        bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols,
+                                         kBwdSplitMaskedCopy<Cfg> ? false : need_mask, key_row0, query0);
+      }
+      uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
+      // Pins dK/dV (their zeroing, in the peeled first call) before the fence: zeros sunk past
+      // wgmma_fence make ptxas inject a warpgroup.arrive (C7519). No-op in the loop.
+      fence_regs(dk);
+      fence_regs(dv);
+      wgmma_fence();
+      issue_dkv_rs<T, Cfg>(dv, pf, dO.get(), dkv_col0);
+      issue_dkv_rs<T, Cfg>(dk, dsf, q.get(), dkv_col0);
+      wgmma_commit();
+      if constexpr (Cfg::dq_transposed()) {
+        store_ds_query_major<Cfg, NS>(ds_tile, dsf, r, warp, lane);
+      } else {
+        store_pds<Cfg, NS>(ds_tile, dsf, r, s_col0, warp, lane);
+      }
+      // Generic-proxy stores -> wgmma (async proxy) reads, across both warpgroups.
+      fence_proxy_async_smem();
+      named_barrier_sync(kBwdBarPds, kBwdConsumerThreads);
+      wgmma_wait<0>();  // A retired (it had the store and the barrier to run in)
+      fence_regs(pf);
+      fence_regs(dsf);
+      fence_regs(dk);
+      fence_regs(dv);
+    };
+
+    issue_st_step<T, Cfg>(st, q, sK, r, s_col0, tile_steps > 0);
+    issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0, tile_steps > 0);
+    if (tile_steps > 0) {
+      scores_to_ds(m_begin * BM, q.pipe.stage, step0);
     } else {
       wgmma_wait<0>();
     }
-    fence_regs(dq);
+    if (probe) bwd_probe_mark(args, kBwdProbeFirstStep);
+    // Group B of step `step`: dQ(t), then (with the next step's S^T, group C, in flight behind it
+    // when there is a next step: LookAhead) Q(t) and dO(t) released and the dQ tile staged.
+    // (`step` = step0 + the step inside this tile: the dS^T buffer of the step.)
+    auto dq_step = [&](int step, auto look_ahead) {
+      constexpr bool LookAhead = decltype(look_ahead)::value;
+      uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
+      wgmma_fence();
+      float dq[Cfg::dq_regs()];
+      if constexpr (Cfg::dq_transposed()) {
+        issue_dqt<T, Cfg>(dq, sK, dq_col0 / 64, ds_tile);
+      } else {
+        issue_dq<T, Cfg, Cfg::dq_cols()>(dq, ds_tile, qs, sK, dq_col0);
+      }
+      wgmma_commit();
+      if constexpr (LookAhead) {
+        // Group C: the next step's S^T.
+        Ring q_next = q;
+        q_next.advance();
+        issue_st_step<T, Cfg>(st, q_next, sK, r, s_col0);
+        wgmma_wait<1>();  // B retired (groups retire in order); C may run
+      } else {
+        wgmma_wait<0>();
+      }
+      fence_regs(dq);
 
-    // Q(t), dO(t) and their vectors: every wgmma reading them (S^T, dP^T, A, B) has retired.
-    // Every consumer thread's lse / delta reads of this stage fed its P / dS, which it stored
-    // before the P / dS named barrier of scores_to_ds(t): the elected thread arrives after that
-    // barrier, with every read's value already consumed (no load in flight).
-    q.release(kBwdReleaseEveryThread || elected);
-    dO.release(kBwdReleaseEveryThread || elected);
-    q.advance();
-    dO.advance();
+      // Q(t), dO(t) and their vectors: every wgmma reading them (S^T, dP^T, A, B) has retired.
+      // Every consumer thread's lse / delta reads of this stage fed its P / dS, which it stored
+      // before the P / dS named barrier of scores_to_ds(t): the elected thread arrives after that
+      // barrier, with every read's value already consumed (no load in flight).
+      q.release(kBwdReleaseEveryThread || elected);
+      dO.release(kBwdReleaseEveryThread || elected);
+      q.advance();
+      dO.advance();
 
-    stage_dq_tile<Cfg>(dq);  // deterministic mode: the writer warp orders the adds
-  };
-  int m = m_begin;
-  for (int step = step0; step < step0 + tile_steps - 1; ++step) {
-    dq_step(step, std::true_type{});
-    // Group D: the next step's dP^T (dO has advanced to its stage).
-    issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0);
-    if (++m == m_end) m = m_begin;
-    scores_to_ds(m * BM, q.pipe.stage, step + 1);
+      stage_dq_tile<Cfg>(dq);  // deterministic mode: the writer warp orders the adds
+    };
+    int m = m_begin;
+    for (int step = step0; step < step0 + tile_steps - 1; ++step) {
+      dq_step(step, std::true_type{});
+      // Group D: the next step's dP^T (dO has advanced to its stage).
+      issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0);
+      if (++m == m_end) m = m_begin;
+      scores_to_ds(m * BM, q.pipe.stage, step + 1);
+    }
+    if (probe) bwd_probe_mark(args, kBwdProbeLoopEnd);
+    // The last step's group B alone, peeled: no look-ahead S^T and dP^T on a stage nobody loads.
+    if (tile_steps > 0) {
+      dq_step(step0 + tile_steps - 1, std::false_type{});
+      fence_regs(dk);  // the epilogue reads them: not before this wait
+      fence_regs(dv);
+    }
+    if (probe) bwd_probe_mark(args, kBwdProbeLastDq);
   }
-  if (probe) bwd_probe_mark(args, kBwdProbeLoopEnd);
-  // The last step's group B alone, peeled: no look-ahead S^T and dP^T on a stage nobody loads.
-  if (tile_steps > 0) {
-    dq_step(step0 + tile_steps - 1, std::false_type{});
-    fence_regs(dk);  // the epilogue reads them: not before this wait
-    fence_regs(dv);
-  }
-  if (probe) bwd_probe_mark(args, kBwdProbeLastDq);
 
   // Epilogue: dK = softmax_scale * dS^T Q summed over the group, dV = P^T dO; rows past seq_k
   // dropped. A key block no query sees (seq_q == 0, causal rows before the diagonal, or a

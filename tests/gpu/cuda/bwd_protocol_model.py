@@ -10,23 +10,28 @@ generations), the order of wgmma issue / wait_group retirement, TMA completion i
 bulk-copy reads open until wait_group.read.
 
 Kernels (the named configurations of cuda/hopper/bwd/config.cuh):
-  'hd64/hd128'       bwd_kernel (kernel.cuh) for BwdHd64 and BwdHd128 (one protocol; only the
-                     block shapes differ): producer.cuh's loads (K/V once, Q and dO rings of two
-                     stages), mainloop.cuh's pipelined consumer loop (S^T / dP^T of the next step
-                     issued behind this step's dQ, dS^T double-buffered, one Pds barrier per
-                     step, the last step's dQ peeled with no look-ahead after it),
-                     stage_dq_tile and bwd_dq_writer (dq_writer.cuh: the shared float32 dQ
+  'hd64/hd128 (80x128)'  bwd_kernel (kernel.cuh) for BwdHd64 and BwdHd128Rows80 (one protocol;
+                     only the block shapes differ): producer.cuh's loads (K/V once, Q and dO
+                     rings of two stages), mainloop.cuh's look-ahead consumer loop (S^T / dP^T
+                     of the next step issued behind this step's dQ, dS^T double-buffered, one
+                     Pds barrier per step, the last step's dQ peeled with no look-ahead after
+                     it), stage_dq_tile and bwd_dq_writer (dq_writer.cuh: the shared float32 dQ
                      tile, one piece per consumer warpgroup with its own DqFull / DqEmpty, one
                      bulk reduce-add per piece).
-  'hd64/hd128 det'   the same in deterministic mode: the writer's lane 0 waits until the
+  'hd64/hd128 (80x128) det'  the same in deterministic mode: the writer's lane 0 waits until the
                      previous key block released the query block's semaphore, adds, waits for
                      the global writes (bulk_wait_all) and releases rank + 1.
-  'hd128 persistent' bwd_kernel_persistent for BwdHd128Persistent: the tile ids published by the
+  'hd64 persistent'  bwd_kernel_persistent for BwdHd64Persistent: the tile ids published by the
                      loader in two slots (tile_full / tile_empty, BwdPersistentScheduler in
                      scheduler.cuh) and read by both consumer warpgroups and the writer warp,
                      kv_full / kv_empty across tiles, the rings, the dS^T buffer parity and the
                      dQ handshakes running on across tiles (bwd_dq_writer_persistent). It has no
                      deterministic mode.
+  'hd128', 'hd128 det', 'hd128 persistent'  the same kernels for BwdHd128 and
+                     BwdHd128Persistent, whose consumers run the dQ-under-dK order
+                     (BwdTile::dq_under_dk): per step S^T and dP^T, dV beside the dS^T store and
+                     the Pds barrier, dQ, dO released once dV retired, dK, the dQ piece staged
+                     once dQ retired, Q released once dK retired; nothing in flight across steps.
   'hd256'            bwd_kernel_kv80 for BwdHd256 (kernel_kv80.cuh): a Q ring of two stages, a dO
                      ring of one stage (dO(t) freed once dV^T(t) retired), P^T and dS^T through
                      double-buffered shared memory with one Pds barrier per step, dQ added by the
@@ -44,14 +49,16 @@ reader read them; dQ of each step is added exactly once with both warpgroups' pi
 deterministic mode each semaphore release finds all of the step's adds landed, in step order.
 
 Mutations (--mutate; each must make some trial fail, so the model does see that bug):
-  hd64/hd128: 'no_dq_empty_wait' (the consumers store their dQ pieces without the DqEmpty
-  bar.sync), 'no_wait_read' (the writer frees a dQ piece before the bulk engine read it),
-  'single_pds_buffer' (one dS^T buffer: a warpgroup's dS^T(t + 1) store would overwrite what the
-  other's dQ(t) still reads, since the warpgroups meet only at the Pds barrier),
-  'release_early' (det: the semaphore released before bulk_wait_all); hd128 persistent: 'kv_load_without_empty' (next tile's K/V loaded without the
-  kv_empty wait), 'kv_empty_before_epilogue' (kv_empty arrived before the dK / dV staging in V was
-  read back), 'kv_empty_before_last_dq' (kv_empty arrived before the last step's dQ, which reads
-  K, retired); hd256: 'single_pds_buffer', 'do_release_early' (dO freed before dV^T retired),
+  hd64/hd128 (80x128) and hd128: 'no_dq_empty_wait' (the consumers store their dQ pieces without
+  the DqEmpty bar.sync), 'no_wait_read' (the writer frees a dQ piece before the bulk engine read
+  it), 'single_pds_buffer' (one dS^T buffer: a warpgroup's dS^T(t + 1) store would overwrite what
+  the other's dQ(t) still reads, since the warpgroups meet only at the Pds barrier),
+  'release_early' (det: the semaphore released before bulk_wait_all); hd128 also
+  'q_release_before_dk' (Q's stage released before dK, which reads it, retired); hd64 and hd128
+  persistent: 'kv_load_without_empty' (next tile's K/V loaded without the kv_empty wait),
+  'kv_empty_before_epilogue' (kv_empty arrived before the dK / dV staging in V was read back),
+  'kv_empty_before_last_dq' (hd64: kv_empty arrived before the last step's dQ, which reads K,
+  retired), 'kv_empty_before_last_step' (hd128: kv_empty arrived before the last step); hd256: 'single_pds_buffer', 'do_release_early' (dO freed before dV^T retired),
   'no_epilogue_barrier' (dK/dV staged over the rings without the first epilogue barrier),
   'release_early' (det: the semaphore released before the other warpgroup's adds are fenced).
 
@@ -215,7 +222,7 @@ class Cta:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages=2):
+def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages=2, order="lookahead"):
     assert not (persistent and det), "the persistent kernel has no deterministic mode"
     n_tiles = len(tiles_steps)
     tile_base, g = [], 0
@@ -323,6 +330,17 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                 if mem.content != ("kv", tid):
                     raise Fail(f"{key}: K/V of tile {tid} expected, {mem.name} holds {mem.content}")
             kv_uses += 1
+            if order == "dq_under_dk":
+                for k in range(steps):
+                    g = step0 + k
+                    if persistent and k == steps - 1 and mutate == "kv_empty_before_last_step":
+                        yield (lambda: True), (lambda: [kv_empty.arrive() for _ in range(4)])
+                        yield (lambda: True), None
+                    yield from dq_under_dk_step(key, c, g, stage, phase)
+                    stage, phase = (stage + 1) % stages, phase ^ (1 if stage + 1 == stages else 0)
+                step0 += steps
+                yield from epilogue(key, c, tid)
+                continue
             # Prologue: C = S^T(step0) from Q's stage, D = dP^T(step0) from dO's.
             g = step0
             yield wait_full(key, q_full, q_mem, stage, phase, g)
@@ -355,15 +373,7 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                 # Release Q(g), dO(g).
                 yield (lambda: True), (lambda s=stage: (q_empty[s].arrive(), d_empty[s].arrive()))
                 stage, phase = nst, nph
-                # stage_dq_tile: bar.sync its DqEmpty, its piece into the shared tile, bar.arrive
-                # its DqFull.
-                if mutate == "no_dq_empty_wait":
-                    yield (lambda: True), (lambda gg=g: dq_emptyb[c].arrive(128, gg))
-                else:
-                    yield from named_sync(dq_emptyb[c], 128, g)
-                dq_mem[c].write(("dq", g), key)
-                dq_written.setdefault(g, set()).add(c)
-                yield (lambda: True), (lambda gg=g: dq_fullb[c].arrive(128, gg))
+                yield from stage_dq(key, c, g)
                 if has_next:
                     # Group D: dP^T(g + 1).
                     yield wait_full(key, d_full, d_mem, stage, phase, g + 1)
@@ -371,21 +381,75 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                     v_mem[c].open((key, "D", g + 1))
                     yield from scores_to_ds(key, c, g + 1, stage)
             step0 += steps
-            # Epilogue (store_dkv_rows): each warp stages dV, then dK, in its warpgroup's V rows
-            # and reads them back; kv_empty after the read-back (one arrival per warp).
-            if persistent and mutate == "kv_empty_before_epilogue":
-                yield (lambda: True), (lambda: [kv_empty.arrive() for _ in range(4)])
-            for part in ("dV", "dK"):
-                yield (lambda: True), (lambda p=part, t=tid: v_mem[c].write(("epi", p, t), key))
-                v_mem[c].open((key, "epi", part))
-                yield (lambda: True), None
-                if v_mem[c].content != ("epi", part, tid):
-                    raise Fail(
-                        f"{key}: staged {part} of tile {tid} overwritten by {v_mem[c].content}"
-                    )
-                v_mem[c].close((key, "epi", part))
-            if persistent and mutate not in ("kv_empty_before_last_dq", "kv_empty_before_epilogue"):
-                yield (lambda: True), (lambda: [kv_empty.arrive() for _ in range(4)])
+            yield from epilogue(key, c, tid)
+
+    def epilogue(key, c, tid):
+        # Epilogue (store_dkv_rows): each warp stages dV, then dK, in its warpgroup's V rows
+        # and reads them back; kv_empty after the read-back (one arrival per warp).
+        if persistent and mutate == "kv_empty_before_epilogue":
+            yield (lambda: True), (lambda: [kv_empty.arrive() for _ in range(4)])
+        for part in ("dV", "dK"):
+            yield (lambda: True), (lambda p=part, t=tid: v_mem[c].write(("epi", p, t), key))
+            v_mem[c].open((key, "epi", part))
+            yield (lambda: True), None
+            if v_mem[c].content != ("epi", part, tid):
+                raise Fail(
+                    f"{key}: staged {part} of tile {tid} overwritten by {v_mem[c].content}"
+                )
+            v_mem[c].close((key, "epi", part))
+        if persistent and mutate not in (
+            "kv_empty_before_last_dq",
+            "kv_empty_before_epilogue",
+            "kv_empty_before_last_step",
+        ):
+            yield (lambda: True), (lambda: [kv_empty.arrive() for _ in range(4)])
+
+    def stage_dq(key, c, g):
+        # stage_dq_tile: bar.sync its DqEmpty, its piece into the shared tile, bar.arrive its
+        # DqFull.
+        if mutate == "no_dq_empty_wait":
+            yield (lambda: True), (lambda gg=g: dq_emptyb[c].arrive(128, gg))
+        else:
+            yield from named_sync(dq_emptyb[c], 128, g)
+        dq_mem[c].write(("dq", g), key)
+        dq_written.setdefault(g, set()).add(c)
+        yield (lambda: True), (lambda gg=g: dq_fullb[c].arrive(128, gg))
+
+    def dq_under_dk_step(key, c, g, st, ph):
+        # S^T(g) (C) and dP^T(g) (D) from the stages; wait<1>, wait<0>: both retired (P, dS).
+        yield wait_full(key, q_full, q_mem, st, ph, g)
+        q_mem[st].open((key, "C", g))
+        k_mem.open((key, "C", g))
+        yield wait_full(key, d_full, d_mem, st, ph, g)
+        d_mem[st].open((key, "D", g))
+        v_mem[c].open((key, "D", g))
+        yield (lambda: True), None
+        for mem, r in ((q_mem[st], "C"), (k_mem, "C"), (d_mem[st], "D"), (v_mem[c], "D")):
+            mem.close((key, r, g))
+        # dV (RS: reads dO), the dS^T store, the Pds barrier.
+        d_mem[st].open((key, "dV", g))
+        buf = ds_mem[g % n_pds]
+        buf.write(("dS", g, c), key)
+        yield from named_sync(pds, 128, g)
+        # dQ(g) reads the whole dS^T buffer and K; wait<1>: dV retired, dO(g) released.
+        buf.open((key, "B", g))
+        k_mem.open((key, "B", g))
+        yield (lambda: True), None
+        d_mem[st].close((key, "dV", g))
+        yield (lambda: True), (lambda: d_empty[st].arrive())
+        # dK (RS: reads Q); wait<1>: dQ retired, its piece staged under dK.
+        q_mem[st].open((key, "dK", g))
+        yield (lambda: True), None
+        buf.close((key, "B", g))
+        k_mem.close((key, "B", g))
+        yield from stage_dq(key, c, g)
+        # wait<0>: dK retired, Q(g) released.
+        if mutate == "q_release_before_dk":
+            yield (lambda: True), (lambda: q_empty[st].arrive())
+            yield (lambda: True), None
+        q_mem[st].close((key, "dK", g))
+        if mutate != "q_release_before_dk":
+            yield (lambda: True), (lambda: q_empty[st].arrive())
 
     def scores_to_ds(key, c, g, st):
         # wait<1>: C retired, P^T; wait<0>: D retired, dS^T. Group A: dV += P^T dO, dK += dS^T Q
@@ -654,17 +718,31 @@ def run_kv80_kernel(rng, steps, det=False, mutate=None):
 PERSISTENT_TILES = [[1], [1, 1], [2, 1, 1, 3], [1, 1, 1, 1, 1], [4, 2, 6], [3, 1, 2, 1, 5, 1]]
 
 KERNELS = {
-    # name: (trial(rng, tiles, mutate), tile-step lists tried)
-    "hd64/hd128": (
+    # name: (trial(rng, tiles, mutate), tile-step lists tried). The look-ahead order: hd64 and
+    # hd128 (80x128) on bwd_kernel, hd64 persistent; dQ under dK: hd128 and hd128 persistent
+    # (BwdTile::dq_under_dk).
+    "hd64/hd128 (80x128)": (
         lambda rng, t, m=None: run_tile_kernel(rng, t, False, mutate=m),
         [[0], [1], [2], [3], [7]],
     ),
-    "hd64/hd128 det": (
+    "hd64/hd128 (80x128) det": (
         lambda rng, t, m=None: run_tile_kernel(rng, t, False, True, m),
         [[1], [2], [5], [9]],
     ),
-    "hd128 persistent": (
+    "hd64 persistent": (
         lambda rng, t, m=None: run_tile_kernel(rng, t, True, mutate=m),
+        PERSISTENT_TILES,
+    ),
+    "hd128": (
+        lambda rng, t, m=None: run_tile_kernel(rng, t, False, mutate=m, order="dq_under_dk"),
+        [[0], [1], [2], [3], [7]],
+    ),
+    "hd128 det": (
+        lambda rng, t, m=None: run_tile_kernel(rng, t, False, True, m, order="dq_under_dk"),
+        [[1], [2], [5], [9]],
+    ),
+    "hd128 persistent": (
+        lambda rng, t, m=None: run_tile_kernel(rng, t, True, mutate=m, order="dq_under_dk"),
         PERSISTENT_TILES,
     ),
     "hd256": (
@@ -675,13 +753,21 @@ KERNELS = {
 }
 
 MUTATIONS = (
-    ("hd64/hd128", "no_dq_empty_wait"),
-    ("hd64/hd128", "no_wait_read"),
-    ("hd64/hd128", "single_pds_buffer"),
-    ("hd64/hd128 det", "release_early"),
+    ("hd64/hd128 (80x128)", "no_dq_empty_wait"),
+    ("hd64/hd128 (80x128)", "no_wait_read"),
+    ("hd64/hd128 (80x128)", "single_pds_buffer"),
+    ("hd64/hd128 (80x128) det", "release_early"),
+    ("hd64 persistent", "kv_load_without_empty"),
+    ("hd64 persistent", "kv_empty_before_last_dq"),
+    ("hd64 persistent", "kv_empty_before_epilogue"),
+    ("hd128", "no_dq_empty_wait"),
+    ("hd128", "single_pds_buffer"),
+    ("hd128", "q_release_before_dk"),
+    ("hd128", "no_wait_read"),
+    ("hd128 det", "release_early"),
     ("hd128 persistent", "kv_load_without_empty"),
-    ("hd128 persistent", "kv_empty_before_last_dq"),
     ("hd128 persistent", "kv_empty_before_epilogue"),
+    ("hd128 persistent", "kv_empty_before_last_step"),
     ("hd256", "single_pds_buffer"),
     ("hd256", "do_release_early"),
     ("hd256", "no_epilogue_barrier"),
