@@ -24,12 +24,12 @@ inline const char* bwd_config_name(BwdConfigId id) {
   }
 }
 
-// The persistent hd128 kernel runs causal problems when the keys are at most this many and the
-// backward is not deterministic (its tiles go out in completion order, which the semaphore ranks
-// cannot follow): its K/V loads of the next tile overlap the dK/dV stores of this one, which pays
-// when tiles are short. Problems without a mask run the 80-row tile at every length (2-5% ahead
-// of both 64-row kernels at 8k-16k on an H100; at 2k level with the persistent kernel in one run
-// and 1-6% behind it in another, docs A.6b and C.2 item 6).
+// The persistent hd128 kernel runs plain dense and causal problems when the keys are at most this
+// many and the backward is not deterministic (its tiles go out in completion order, which the
+// semaphore ranks cannot follow): its K/V loads of the next tile overlap the dK/dV stores of this
+// one, which pays when tiles are short. With the dQ-under-dK step order it ran dense 2k 6% and 4k
+// about 5% ahead of the 80-row tile kernel-only on an H100, which runs longer problems without a
+// mask (2-5% ahead of the 64-row kernels at 8k-16k; docs A.6b and C.2 item 6).
 constexpr int64_t kBwdShortSeqK = 4096;
 // hd64 runs plain dense and causal problems (not deterministic) on its persistent kernel up to
 // this many keys: kernel-only on an H100 it was ahead of the grid kernel in every measured cell,
@@ -127,11 +127,11 @@ inline BwdConfigId bwd_config_for(const BwdProblem& p) {
                                                                                       : BwdConfigId::kHd64;
   // Variant problems and causal bands run the grid kernel: the persistent one is built for plain
   // dense and causal attention (a band leaves key blocks without steps, which its writer's
-  // hand-over does not model). Dense problems without a mask run the 80-row tile.
+  // hand-over does not model). Longer (or deterministic) problems without a mask run the 80-row tile.
   if (p.head_dim == 128) {
+    if (p.seq_k <= kBwdShortSeqK && !p.deterministic && bwd_is_plain(p)) return BwdConfigId::kHd128Persistent;
     if (bwd_mask_kind(p) == MaskKind::kDense) return BwdConfigId::kHd128Rows80;  // a soft cap is kVariant
-    return p.seq_k <= kBwdShortSeqK && !p.deterministic && bwd_is_plain(p) ? BwdConfigId::kHd128Persistent
-                                                                            : BwdConfigId::kHd128;
+    return BwdConfigId::kHd128;
   }
   return BwdConfigId::kHd256;
 }
