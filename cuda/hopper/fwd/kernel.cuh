@@ -221,7 +221,9 @@ __global__ void __launch_bounds__(Cfg::threads(), 1)
   const int head = tc.head;
   const int batch = tc.batch;
   const TileMask<M> mask = fwd_tile_mask<M>(args, batch);
-  const int wg = threadIdx.x / 128;
+  // With fwd_late_k_release from lane 0: warp-uniform, so the consumers' Q-tile descriptors stay
+  // in uniform registers (16 R2UR a key block fewer at hd128 causal).
+  const int wg = fwd_late_k_release<Cfg, M>() ? __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) : int(threadIdx.x / 128);
   const int lane = threadIdx.x % 32;
   // Every warp computes the tile's key blocks (warp-collective under kVariant), at the entry's
   // register budget (computed after setmaxnreg, the hd256 variant consumer spilled more).

@@ -18,6 +18,7 @@
 #include "hopper/common/mask.cuh"
 #include "hopper/common/numeric.cuh"
 #include "hopper/common/pipeline.cuh"
+#include "hopper/fwd/config.cuh"
 #include "hopper/fwd/score.cuh"
 #include "hopper/fwd/softmax.cuh"
 #include "hopper/ptx/barrier.cuh"
@@ -268,11 +269,22 @@ __device__ __forceinline__ void fwd_pipelined_step(int kb, const uint8_t* q_tile
   named_barrier_arrive(sched_next, kSchedThreads);
   wgmma_wait<1>();  // S done (groups retire in order), PV may still run
   fence_regs(s);
-  k.release(elected);
-  k.advance();
+  // With fwd_late_k_release K(kb) is released only after the softmax, its arrival made to depend
+  // on the row sum (a sum of exp2 values: >= 0 or NaN, so the test is always true, but ptxas
+  // cannot know): ptxas keeps the PV wait below that shared-memory arrival, and otherwise hoists
+  // it above the whole softmax, so the softmax would never overlap this warpgroup's own PV.
+  constexpr bool kLateK = fwd_late_k_release<Cfg, Scores::kMask>();
+  if constexpr (!kLateK) {
+    k.release(elected);
+    k.advance();
+  }
   after_s();
   scores.template prepare<N, Tested>(s, kb, row0, lane);
   softmax.template update<N / 2, !Tested>(s, scale_log2, o_scale);
+  if constexpr (kLateK) {
+    k.release(elected && !(softmax.row_sum[1] < -1.f));
+    k.advance();
+  }
   wgmma_wait<0>();
   fence_regs(o);
   fence_regs(p);  // the RS wgmma read p asynchronously: keep its registers until here
