@@ -9,6 +9,9 @@ what it did, and a later run of the same sources can take up where it stopped:
 - FA4_SKIP_FILE: a file of ids (as FA4_PASSED_FILE writes them; lines starting with ``#`` are
   comments) that this run deselects. Whether the ids still hold for the sources is the caller's
   to check: validate.sh's TESTS_RESUME accepts only a file written for the same sources.
+- FA4_DURATIONS_FILE: each finished test's seconds (set-up, call and tear-down together), a tab
+  and its id, appended once its tear-down is reported, whatever the outcome: where a suite's time
+  goes, also in a run cut off before pytest's own --durations table.
 
 Under pytest-xdist the controller writes the lines (workers forward their reports to it); every
 process deselects the same ids, so the workers' collections agree."""
@@ -24,6 +27,8 @@ import pytest
 _writes = False
 # Ids whose call phase passed and whose tear-down has not been reported yet.
 _ran: set[str] = set()
+# Seconds of the phases reported so far, by id (FA4_DURATIONS_FILE).
+_seconds: dict[str, float] = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,6 +73,12 @@ def _append(path: str, line: str) -> None:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if not _writes:
         return
+    if path := os.environ.get("FA4_DURATIONS_FILE"):
+        total = _seconds.pop(report.nodeid, 0.0) + report.duration
+        if report.when == "teardown":
+            _append(path, f"{total:.2f}\t{report.nodeid}")
+        else:
+            _seconds[report.nodeid] = total
     if report.failed:
         if path := os.environ.get("FA4_FAILED_FILE"):
             _append(path, f"{report.nodeid} [{report.when}]: {_error_line(report)}")

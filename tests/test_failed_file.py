@@ -19,6 +19,7 @@ def _pytest(tmp_path, env_extra, *args):
     env.pop("FA4_FAILED_FILE", None)
     env.pop("FA4_PASSED_FILE", None)
     env.pop("FA4_SKIP_FILE", None)
+    env.pop("FA4_DURATIONS_FILE", None)
     env.update(env_extra)
     return subprocess.run(
         [
@@ -109,3 +110,37 @@ def test_passed_ids_are_written_and_a_later_run_skips_them(tmp_path):
     assert "2 deselected" in second.stdout, second.stdout
     # the failed, the skipped and the one whose tear-down failed run again
     assert "1 failed, 1 passed, 1 skipped, 2 deselected, 1 error" in second.stdout, second.stdout
+
+
+def test_durations_are_written_for_every_finished_test(tmp_path):
+    (tmp_path / "test_sample.py").write_text(
+        textwrap.dedent(
+            """
+            import time
+            import pytest
+
+            @pytest.fixture
+            def slow_setup():
+                time.sleep(0.3)
+                yield
+
+            def test_slow_setup(slow_setup):
+                time.sleep(0.2)
+
+            def test_fails():
+                assert 1 + 1 == 3
+
+            def test_skips():
+                pytest.skip("not here")
+            """
+        )
+    )
+    out = tmp_path / "durations.txt"
+    run = _pytest(tmp_path, {"FA4_DURATIONS_FILE": str(out)}, "test_sample.py")
+    assert run.returncode == 1, run.stdout + run.stderr
+    rows = dict(reversed(line.split("\t")) for line in out.read_text().splitlines())
+    names = ["test_fails", "test_skips", "test_slow_setup"]
+    assert sorted(rows) == [f"test_sample.py::{n}" for n in names], rows
+    # set-up and call both counted
+    assert float(rows["test_sample.py::test_slow_setup"]) >= 0.5, rows
+    assert float(rows["test_sample.py::test_fails"]) < 0.5, rows
