@@ -343,12 +343,8 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                 continue
             # Prologue: C = S^T(step0) from Q's stage, D = dP^T(step0) from dO's.
             g = step0
-            yield wait_full(key, q_full, q_mem, stage, phase, g)
-            q_mem[stage].open((key, "C", g))
-            k_mem.open((key, "C", g))
-            yield wait_full(key, d_full, d_mem, stage, phase, g)
-            d_mem[stage].open((key, "D", g))
-            v_mem[c].open((key, "D", g))
+            yield from issue_st(key, g, stage, phase)
+            yield from issue_dpt(key, c, g, stage, phase)
             yield from scores_to_ds(key, c, g, stage)
             for k in range(steps):
                 g = step0 + k
@@ -361,9 +357,7 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                 if has_next:
                     # Group C: S^T(g + 1) from Q's next stage. (The last step is peeled: its B
                     # alone, no look-ahead.)
-                    yield wait_full(key, q_full, q_mem, nst, nph, g + 1)
-                    q_mem[nst].open((key, "C", g + 1))
-                    k_mem.open((key, "C", g + 1))
+                    yield from issue_st(key, g + 1, nst, nph)
                 elif persistent and mutate == "kv_empty_before_last_dq":
                     yield (lambda: True), (lambda: [kv_empty.arrive() for _ in range(4)])
                     yield (lambda: True), None
@@ -376,9 +370,7 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                 yield from stage_dq(key, c, g)
                 if has_next:
                     # Group D: dP^T(g + 1).
-                    yield wait_full(key, d_full, d_mem, stage, phase, g + 1)
-                    d_mem[stage].open((key, "D", g + 1))
-                    v_mem[c].open((key, "D", g + 1))
+                    yield from issue_dpt(key, c, g + 1, stage, phase)
                     yield from scores_to_ds(key, c, g + 1, stage)
             step0 += steps
             yield from epilogue(key, c, tid)
@@ -415,14 +407,22 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
         dq_written.setdefault(g, set()).add(c)
         yield (lambda: True), (lambda gg=g: dq_fullb[c].arrive(128, gg))
 
-    def dq_under_dk_step(key, c, g, st, ph):
-        # S^T(g) (C) and dP^T(g) (D) from the stages; wait<1>, wait<0>: both retired (P, dS).
+    def issue_st(key, g, st, ph):
+        # S^T(g) (group C): waits for Q's stage st, then reads it and K.
         yield wait_full(key, q_full, q_mem, st, ph, g)
         q_mem[st].open((key, "C", g))
         k_mem.open((key, "C", g))
+
+    def issue_dpt(key, c, g, st, ph):
+        # dP^T(g) (group D): waits for dO's stage st, then reads it and this warpgroup's V rows.
         yield wait_full(key, d_full, d_mem, st, ph, g)
         d_mem[st].open((key, "D", g))
         v_mem[c].open((key, "D", g))
+
+    def dq_under_dk_step(key, c, g, st, ph):
+        # S^T(g) (C) and dP^T(g) (D) from the stages; wait<1>, wait<0>: both retired (P, dS).
+        yield from issue_st(key, g, st, ph)
+        yield from issue_dpt(key, c, g, st, ph)
         yield (lambda: True), None
         for mem, r in ((q_mem[st], "C"), (k_mem, "C"), (d_mem[st], "D"), (v_mem[c], "D")):
             mem.close((key, r, g))
