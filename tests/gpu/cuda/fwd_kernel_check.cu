@@ -16,6 +16,8 @@
 //                     path: few query rows per kv head, cache lengths, NaN past them in K and V)
 //   --decode-bench    kernel-only bandwidth of decode shapes, the library beside the hd128 kernel
 //   --decode-cells "b,sq,sk,hq,hkv,d;..."   the shapes --decode-bench times instead of its own
+//   --decode-plans "splits:ctas_per_sm,..."   --decode-bench also times each cell's decode cut with
+//                     these split counts and residencies (forced; a line per plan)
 //   --bench-window L,R, --bench-softcap C   the band and soft cap the --bench rows run
 //   --bench-docs N    the --bench rows packed with N equal documents per row (sorted segment ids)
 //   --bench-sinks     the --bench rows with one sink logit per head
@@ -555,6 +557,8 @@ static void bench(const std::vector<int>& seqs, const std::vector<const Runner*>
 struct DecodeCell { int b, sq, sk, hq, hkv, d; };
 // --decode-cells: the cells decode_bench times instead of its own.
 static std::vector<DecodeCell> g_decode_cells;
+// --decode-plans: (splits, CTAs per SM) cuts decode_bench times beside the plan's.
+static std::vector<std::pair<int, int>> g_decode_plans;
 static void decode_bench() {
   std::vector<DecodeCell> cells = {{16, 1, 8192, 32, 8, 128}, {64, 1, 4096, 32, 8, 128}, {1, 1, 131072, 32, 8, 128},
                                    {8, 1, 32768, 16, 16, 128}, {16, 4, 8192, 32, 8, 128}, {16, 16, 8192, 32, 8, 128},
@@ -601,21 +605,33 @@ static void decode_bench() {
     // same cut at two, with the wave model's split count for 2 x 132 slots.
     const auto other = fa4::hopper::decode_tiling(c.b, c.sq, c.sk, c.hq, c.hkv, d, 2);
     const bool has_other = tiling.use && tiling.ctas_per_sm == 1 && other.ctas_per_sm == 2;
-    const size_t ws_bytes = std::max({fa4::hopper::fwd_workspace_bytes(c.b, c.sq, c.sk, c.hq, c.hkv, d),
-                                      fa4::hopper::decode_workspace_bytes(tiling, c.b, c.hkv, d),
-                                      fa4::hopper::decode_workspace_bytes(other, c.b, c.hkv, d)});
+    std::vector<fa4::hopper::DecodePlan> forced;
+    for (const auto& [splits, per_sm] : g_decode_plans) {
+      if (!tiling.use) break;
+      auto f = fa4::hopper::decode_tiling(c.b, c.sq, c.sk, c.hq, c.hkv, d, per_sm);
+      f.splits = splits;
+      const int64_t blocks = (c.sk + fa4::hopper::kDecodeBlockN - 1) / fa4::hopper::kDecodeBlockN;
+      f.dependent = fa4::hopper::decode_dependent_launch(f, blocks, d);
+      forced.push_back(f);
+    }
+    size_t ws_bytes = std::max({fa4::hopper::fwd_workspace_bytes(c.b, c.sq, c.sk, c.hq, c.hkv, d),
+                                fa4::hopper::decode_workspace_bytes(tiling, c.b, c.hkv, d),
+                                fa4::hopper::decode_workspace_bytes(other, c.b, c.hkv, d)});
+    for (const auto& f : forced) ws_bytes = std::max(ws_bytes, fa4::hopper::decode_workspace_bytes(f, c.b, c.hkv, d));
     if (ws_bytes) CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
     p.workspace = ws;
     p.workspace_bytes = ws_bytes;
     const double bytes = 2.0 * (nq * 2) + 2.0 * (nk * 2);
-    double us[4] = {0, 0, 0, 0};
-    for (int which = 0; which < 4; ++which) {
+    const int n_runs = 4 + int(forced.size());
+    std::vector<double> us(n_runs, 0.0);
+    for (int which = 0; which < n_runs; ++which) {
       if (which == 1 && !tiling.use) continue;
       if (which == 3 && !has_other) continue;
       auto launch = [&]() -> std::string {
         if (which == 0) return fa4::hopper::launch_fwd(p, 0);
         if (which == 1) return fa4::hopper::launch_decode(p, tiling, 0);
         if (which == 3) return fa4::hopper::launch_decode(p, other, 0);
+        if (which >= 4) return fa4::hopper::launch_decode(p, forced[which - 4], 0);
         if (d == 64) return fa4::hopper::launch_fwd_config<fa4::hopper::FwdHd64>(p, 0);
         if (d == 128) return fa4::hopper::launch_fwd_config<fa4::hopper::FwdHd128>(p, 0);
         return fa4::hopper::launch_fwd_config<fa4::hopper::FwdHd256>(p, 0);
@@ -648,6 +664,10 @@ static void decode_bench() {
     std::printf("%4d %4d %7d %4d %4d %4d %6d %5d %4d %10.1f %10.0f %10.0f %10.0f %10.0f\n", c.b, c.sq, c.sk, c.hq,
                 c.hkv, d, tiling.use ? tiling.splits : 0, tiling.use ? tiling.rows_per_cta : 0,
                 tiling.use ? tiling.ctas_per_sm : 0, us[0], gbps(us[0]), gbps(us[1]), gbps(us[2]), gbps(us[3]));
+    for (size_t f = 0; f < forced.size(); ++f)
+      std::printf("%4s %4s %7s %4s %4s %4s %6d %5d %4d %10.1f %10s %10.0f   (forced plan%s)\n", "", "", "", "", "", "",
+                  forced[f].splits, forced[f].rows_per_cta, forced[f].ctas_per_sm, us[4 + f], "", gbps(us[4 + f]),
+                  forced[f].dependent ? ", dependent launch" : "");
     std::fflush(stdout);
     cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o); cudaFree(lse); cudaFree(lens);
     if (ws) cudaFree(ws);
@@ -733,6 +753,18 @@ int main(int argc, char** argv) {
         }
         g_decode_cells.push_back({v[0], v[1], v[2], v[3], v[4], v[5]});
         at = end + 1;
+      }
+    }
+    if (!std::strcmp(argv[i], "--decode-plans") && i + 1 < argc) {  // "splits:ctas_per_sm,..."
+      for (const std::string& item : split(argv[++i])) {
+        int splits = 0, per_sm = 0;
+        if (std::sscanf(item.c_str(), "%d:%d", &splits, &per_sm) != 2 || splits < 1 ||
+            splits > int(fa4::hopper::kDecodeMaxSplits) || per_sm < 1 || per_sm > 2) {
+          std::printf("--decode-plans wants splits:ctas_per_sm items (splits 1..%d, 1 or 2 CTAs per SM), got \"%s\"\n",
+                      int(fa4::hopper::kDecodeMaxSplits), item.c_str());
+          return 2;
+        }
+        g_decode_plans.push_back({splits, per_sm});
       }
     }
     if (!std::strcmp(argv[i], "--bench-window") && i + 1 < argc) {
