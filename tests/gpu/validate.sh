@@ -31,7 +31,9 @@
 # fuzz cases and every worker keeps its peak, so PYTEST_WORKERS defaults to 12 on a card of 120 GB or
 # more, 6 below (on an 80 GB H100, 12 workers made many fuzz cases fail at once: by the arithmetic,
 # out of memory). TESTS_RESUME names an earlier run's $OUT/passed.txt (carried back): if it was
-# written for the same sources, its tests are not run again. A test that failed with the GPU out of
+# written for the same sources, its tests are not run again. Without it, a run resumes what an
+# earlier run on this machine passed on the same sources (kept in /tmp by fingerprint; another
+# device call on the same warm machine needs nothing carried); TESTS_RESUME=none runs everything. A test that failed with the GPU out of
 # memory (RESOURCE_EXHAUSTED) beside the other workers runs once more alone. STAGES (default "install harness tests
 # sanitize"), BUDGET (default 570), OUT (default
 # /tmp/validate). $OUT/summary.txt has the timeline and verdicts (and the tests' worker-seconds
@@ -200,6 +202,12 @@ if has tests; then
           | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
   echo "# source $src" > "$OUT/passed.txt"
   unset FA4_SKIP_FILE
+  KEPT=/tmp/fa4_validate_passed_$src.txt  # this machine's earlier runs of these sources
+  if [ -z "${TESTS_RESUME:-}" ] && [ -s "$KEPT" ]; then
+    TESTS_RESUME=$KEPT
+    stamp "TESTS_RESUME unset: resuming this machine's earlier run of these sources ($KEPT; TESTS_RESUME=none runs all)"
+  fi
+  [ "${TESTS_RESUME:-}" = none ] && TESTS_RESUME=
   if [ -n "${TESTS_RESUME:-}" ]; then
     if [ "$(head -1 "$TESTS_RESUME" 2> /dev/null)" = "# source $src" ]; then
       grep -v '^#' "$TESTS_RESUME" | tee "$OUT/resumed.txt" >> "$OUT/passed.txt"
@@ -234,6 +242,7 @@ if has tests; then
       "${OOM[@]}" > "$OUT/pytest_alone.txt" 2>&1
     stamp "alone: pytest rc=$? $(grep -E "passed|failed|error" "$OUT/pytest_alone.txt" | tail -1)"
   fi
+  cp "$OUT/passed.txt" "$KEPT.new" && mv "$KEPT.new" "$KEPT"
   cat /tmp/worst_ratio.txt 2>/dev/null | tee -a "$S"
   # Where the tests' time went (worker-seconds): by file, then the five longest tests.
   if [ -s "$OUT/durations.txt" ]; then
