@@ -1,7 +1,8 @@
 #!/bin/bash
 # The GPU validation entry (repo root, on a Hopper machine): what must pass before a kernel change
 # lands. Stages, in order, each under its own timeout inside one budget (BUDGET seconds):
-#   install   pip install . (CMake builds every CUDA source; ptxas register/spill lines kept)
+#   install   pip install . (CMake builds every CUDA source; ptxas register/spill lines kept), or
+#             with INSTALL_WHEEL=DIR the wheel tests/gpu/build_wheel.sh built for these sources
 #   harness   the standalone harnesses (tests/gpu/cuda): every named configuration and the
 #             library entry checked against float64 on the host, outputs poisoned; the persistent
 #             configurations also with many tiles per CTA and one-pair sections
@@ -91,9 +92,31 @@ fi
 # A card of 120 GB or more (the H200) has room for 12 test workers and the sanitizers beside them.
 GPU_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2> /dev/null | head -1)
 BIG_GPU=$([ "${GPU_MIB:-0}" -ge 120000 ] && echo 1 || echo 0)
+SRC=$(bash tests/gpu/source_fingerprint.sh)  # these sources (passed lists, prebuilt wheels)
 if has install; then
-  stamp "pip install . (background)"
-  (python3 -m pip install --no-build-isolation -q . > "$OUT/install.txt" 2>&1; echo $? > /tmp/install.rc) &
+  # INSTALL_WHEEL names a folder from tests/gpu/build_wheel.sh (built without a GPU): its wheel is
+  # installed when it was built from these sources and imports with its kernels on this machine;
+  # otherwise (or if it fails here) the package is built here.
+  WHEEL_OK=0
+  if [ -n "${INSTALL_WHEEL:-}" ]; then
+    if [ "$(head -1 "$INSTALL_WHEEL/source.txt" 2> /dev/null)" = "# source $SRC" ]; then
+      WHEEL_OK=1
+      stamp "install the prebuilt wheel in $INSTALL_WHEEL (background; built here if it fails)"
+    else
+      stamp "INSTALL_WHEEL=$INSTALL_WHEEL was not built from these sources (# source $SRC): building here"
+    fi
+  fi
+  [ "$WHEEL_OK" = 1 ] || stamp "pip install . (background)"
+  (
+    if [ "$WHEEL_OK" = 1 ]; then
+      python3 -m pip install -q --no-deps --no-index --force-reinstall "$INSTALL_WHEEL"/*.whl > "$OUT/install.txt" 2>&1 \
+        && (cd /tmp && python3 -c "import jax_fa4._ffi as f; assert f.built_with_cuda(), 'no CUDA kernels'") >> "$OUT/install.txt" 2>&1 \
+        && { echo 0 > /tmp/install.rc; exit 0; }
+      echo "the prebuilt wheel did not install or import (above): building here" >> "$OUT/install.txt"
+    fi
+    python3 -m pip install --no-build-isolation -q . >> "$OUT/install.txt" 2>&1
+    echo $? > /tmp/install.rc
+  ) &
   PIP=$!
 fi
 if [ -n "${HARNESS_PREBUILT:-}" ]; then  # fwd_check / bwd_check built elsewhere with the flags above
@@ -197,9 +220,7 @@ if has tests; then
   # $OUT/passed.txt: the tests that passed, headed by a fingerprint of the sources; a later run of
   # the same sources (another device call, a later session) given it as TESTS_RESUME runs only
   # the rest of its selection. A file from other sources is refused, and everything runs.
-  src=$(find cuda jax_fa4 tests CMakeLists.txt pyproject.toml -type f \( -name '*.py' -o -name '*.cu' \
-          -o -name '*.cuh' -o -name '*.h' -o -name '*.cc' -o -name '*.txt' -o -name '*.toml' \) \
-          | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+  src=$SRC
   echo "# source $src" > "$OUT/passed.txt"
   unset FA4_SKIP_FILE
   KEPT=/tmp/fa4_validate_passed_$src.txt  # this machine's earlier runs of these sources
