@@ -17,11 +17,11 @@ and synchronising one jit execution, which at 100-300 us per decode call is seve
 chain and would favour the slower implementation. ``fwd_us_chain`` is t(long) / long, that fixed
 cost included.
 
-    python3 benchmarks/bench_decode.py --out results.json [--impls jax_fa4,cudnn]
+    python3 benchmarks/bench_decode.py --out results.json [--impls jax_fa4,cudnn] [--rounds 3]
 
 Writes ``{"date", "environment", "records"}``, each record ``{"impl", "variant": "decode",
 "batch", "seq_q", "seq_k", "heads", "heads_kv", "head_dim", "fwd_us", "fwd_gbps", "fwd_us_chain",
-"fwd_gbps_chain", "note"}``.
+"fwd_gbps_chain", "note"}`` (and ``"fwd_gbps_rounds"`` with ``--rounds`` above 1).
 """
 
 from __future__ import annotations
@@ -105,10 +105,10 @@ def moved_bytes(q: jax.Array, k: jax.Array) -> int:
     return 2 * (2 * q.size + 2 * k.size)
 
 
-def measure(impl: str, cell: tuple[int, ...], repeats: int) -> dict[str, Any]:
-    """One record of `impl` on `cell` (fwd_us / fwd_gbps null where it failed)."""
+def _record(impl: str, cell: tuple[int, ...]) -> dict[str, Any]:
+    """An empty record of `impl` on `cell` (fwd_us / fwd_gbps null until timed)."""
     b, sq, sk, hq, hkv = cell
-    rec: dict[str, Any] = {
+    return {
         "impl": impl,
         "variant": "decode",
         "batch": b,
@@ -122,42 +122,101 @@ def measure(impl: str, cell: tuple[int, ...], repeats: int) -> dict[str, Any]:
         "fwd_us_chain": None,
         "fwd_gbps_chain": None,
     }
-    q, k, v, lengths = make_inputs(cell)
+
+
+def prepare(
+    impl: str, args: tuple[jax.Array, ...], lengths: jax.Array
+) -> tuple[Callable[..., Any], Callable[..., Any]] | str:
+    """`impl`'s two compiled chains (CHAIN_SHORT and CHAIN calls) on (q, k, v) = `args`, or why
+    they could not be built."""
     try:
         attn = make_impl(impl, lengths)
-        t_short, t_long = (
-            time_compiled(compile_fn(fwd_chain(attn, n), (q, k, v)), (q, k, v), repeats, 1.0)
-            for n in (CHAIN_SHORT, CHAIN)
-        )
+        short, long = (compile_fn(fwd_chain(attn, n), args) for n in (CHAIN_SHORT, CHAIN))
     except Exception as e:  # a peer without this shape: recorded, not fatal
-        rec["note"] = f"failed: {short_reason(e)}"
-        return rec
-    t = (t_long - t_short) / (CHAIN - CHAIN_SHORT)
+        return f"failed: {short_reason(e)}"
+    return short, long
+
+
+def time_chains(
+    chains: tuple[Callable[..., Any], Callable[..., Any]], args: tuple[jax.Array, ...], repeats: int
+) -> tuple[float, float]:
+    """(slope, whole chain) seconds per call: the median of `repeats` runs of each chain."""
+    t_short, t_long = (time_compiled(c, args, repeats, 1.0) for c in chains)
+    return (t_long - t_short) / (CHAIN - CHAIN_SHORT), t_long / CHAIN
+
+
+def measure(impl: str, cell: tuple[int, ...], repeats: int) -> dict[str, Any]:
+    """One record of `impl` on `cell` (fwd_us / fwd_gbps null where it failed)."""
+    return measure_cell([impl], cell, repeats, 1)[0]
+
+
+def measure_cell(
+    impls: Sequence[str], cell: tuple[int, ...], repeats: int, rounds: int
+) -> list[dict[str, Any]]:
+    """One record per implementation on `cell`: each is compiled once, then timed `rounds` times
+    in a row with the order reversed every other round (so that none is always timed first after
+    another's compile or last in a warm GPU); a record holds the median round's slope and, with
+    more than one round, every round's GB/s (``fwd_gbps_rounds``)."""
+    recs = {impl: _record(impl, cell) for impl in impls}
+    q, k, v, lengths = make_inputs(cell)
     moved = moved_bytes(q, k)
-    rec["fwd_us"] = round(t * 1e6, 1)
-    rec["fwd_gbps"] = round(moved / t / 1e9)
-    rec["fwd_us_chain"] = round(t_long / CHAIN * 1e6, 1)
-    rec["fwd_gbps_chain"] = round(moved * CHAIN / t_long / 1e9)
-    rec["note"] = f"slope of chains {CHAIN_SHORT} and {CHAIN}"
-    return rec
+    built = {}
+    for impl in impls:
+        got = prepare(impl, (q, k, v), lengths)
+        if isinstance(got, str):
+            recs[impl]["note"] = got
+        else:
+            built[impl] = got
+    order = list(built)
+    per_call: dict[str, list[tuple[float, float]]] = {impl: [] for impl in built}
+    for r in range(rounds):
+        for impl in order if r % 2 == 0 else order[::-1]:
+            per_call[impl].append(time_chains(built[impl], (q, k, v), repeats))
+    for impl, times in per_call.items():
+        slopes = sorted(t for t, _ in times)
+        t = slopes[(len(slopes) - 1) // 2]  # the median round (the lower middle of an even count)
+        t_chain = sorted(c for _, c in times)[(len(times) - 1) // 2]
+        rec = recs[impl]
+        rec["fwd_us"] = round(t * 1e6, 1)
+        rec["fwd_gbps"] = round(moved / t / 1e9)
+        rec["fwd_us_chain"] = round(t_chain * 1e6, 1)
+        rec["fwd_gbps_chain"] = round(moved / t_chain / 1e9)
+        if rounds > 1:
+            rec["fwd_gbps_rounds"] = [round(moved / s / 1e9) for s, _ in times]
+        rec["note"] = f"slope of chains {CHAIN_SHORT} and {CHAIN}" + (
+            f", median of {rounds} rounds" if rounds > 1 else ""
+        )
+    return [recs[impl] for impl in impls]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="time each cell's implementations this many times in a row, the order reversed "
+        "every other round; a record holds the median round (and every round's figure)",
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error(f"--rounds must be at least 1, got {args.rounds}")
     impls = [i for i in args.impls.split(",") if i]
+    unknown = [i for i in impls if i not in IMPLS]
+    if unknown:
+        ap.error(f"--impls: unknown {', '.join(unknown)}; known: {', '.join(IMPLS)}")
     records = []
     for cell in CELLS:
-        for impl in impls:
-            rec = measure(impl, cell, args.repeats)
+        for rec in measure_cell(impls, cell, args.repeats, args.rounds):
             records.append(rec)
             b, sq, sk, hq, hkv = cell
+            rounds = f", rounds {rec['fwd_gbps_rounds']}" if "fwd_gbps_rounds" in rec else ""
             print(
-                f"{impl:8s} b{b} sq{sq} sk{sk} {hq}/{hkv}: {rec['fwd_gbps']} GB/s"
-                f" (whole chain {rec['fwd_gbps_chain']})",
+                f"{rec['impl']:8s} b{b} sq{sq} sk{sk} {hq}/{hkv}: {rec['fwd_gbps']} GB/s"
+                f" (whole chain {rec['fwd_gbps_chain']}{rounds})",
                 flush=True,
             )
     out = {"date": _dt.date.today().isoformat(), "environment": environment(), "records": records}
