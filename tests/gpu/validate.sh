@@ -33,12 +33,12 @@
 # more, 6 below (on an 80 GB H100, 12 workers made many fuzz cases fail at once: by the arithmetic,
 # out of memory). TESTS_RESUME names an earlier run's $OUT/passed.txt (carried back): if it was
 # written for the same sources, its tests are not run again. Without it, a run resumes what an
-# earlier run on this machine passed on the same sources (kept in /tmp by fingerprint; another
-# device call on the same warm machine needs nothing carried); TESTS_RESUME=none runs everything. A test that failed with the GPU out of
-# memory (RESOURCE_EXHAUSTED) beside the other workers runs once more alone. STAGES (default "install harness tests
-# sanitize"), BUDGET (default 570), OUT (default
-# /tmp/validate). $OUT/summary.txt has the timeline and verdicts (and the tests' worker-seconds
-# by file, from $OUT/durations.txt); the logs go beside it.
+# earlier run on this machine passed on the same sources (kept in /tmp by fingerprint: another
+# device call on the same warm machine needs nothing carried); TESTS_RESUME=none runs everything.
+# A test that failed with the GPU out of memory (RESOURCE_EXHAUSTED) beside the other workers runs
+# once more alone. STAGES (default "install harness tests sanitize"), BUDGET (default 570), OUT
+# (default /tmp/validate). $OUT/summary.txt has the timeline and verdicts (and the tests'
+# worker-seconds by file, from $OUT/durations.txt); the logs go beside it.
 set -o pipefail
 OUT=${OUT:-/tmp/validate}
 BUDGET=${BUDGET:-570}
