@@ -24,8 +24,8 @@
 #             and this run's harness with $AB_ARGS (AB_HARNESS fwd or bwd; AB_BASE a HARNESS_DIR
 #             of the other revision), e.g. AB_ARGS="--no-check --bench --configs library --hd 128"
 # HARNESS_PREBUILT names a folder holding fwd_check and bwd_check (and bwd_check_race, the racecheck
-# build with -DFA4_BWD_RELEASE_EVERY_THREAD=1) built with NVCC_FLAGS below (the
-# harness build is then skipped). TESTS_CAP (default 420 s) bounds the pytest stage; TESTS_ARGS (default tests/gpu) picks what it runs, so
+# build with -DFA4_BWD_RELEASE_EVERY_THREAD=1) built with NVCC_FLAGS below, each as it is or as
+# NAME.xz (the harness build is then skipped; STAGES=build HARNESS_XZ=1 writes the .xz beside them). TESTS_CAP (default 420 s) bounds the pytest stage; TESTS_ARGS (default tests/gpu) picks what it runs, so
 # a run can be split over two device calls (tests/gpu took 440 s with 16 workers on the H200, and
 # about twice that with 8: the fuzz's float64 oracle is CPU-bound; but at 16 workers the whole
 # suite ran the GPU out of memory: the oracle's jit allocates 6-8 GB on the GPU for the largest
@@ -120,12 +120,23 @@ if has install; then
   PIP=$!
 fi
 if [ -n "${HARNESS_PREBUILT:-}" ]; then  # fwd_check / bwd_check built elsewhere with the flags above
-  mkdir -p $H && cp "$HARNESS_PREBUILT"/fwd_check "$HARNESS_PREBUILT"/bwd_check $H/ && stamp "harness from $HARNESS_PREBUILT"
-  [ -f "$HARNESS_PREBUILT"/bwd_check_race ] && cp "$HARNESS_PREBUILT"/bwd_check_race $H/
+  # Each binary as it is or xz-compressed (NAME.xz: a third of the size to carry).
+  mkdir -p $H
+  for b in fwd_check bwd_check bwd_check_race; do
+    if [ -f "$HARNESS_PREBUILT/$b" ]; then cp "$HARNESS_PREBUILT/$b" $H/
+    elif [ -f "$HARNESS_PREBUILT/$b.xz" ]; then xz -dc "$HARNESS_PREBUILT/$b.xz" > $H/$b && chmod +x $H/$b
+    elif [ $b != bwd_check_race ]; then stamp "HARNESS_PREBUILT=$HARNESS_PREBUILT has no $b (or $b.xz)"; exit 1
+    fi
+  done
+  stamp "harness from $HARNESS_PREBUILT"
 elif has harness || has sanitize || has build || has ab; then
   stamp "harness build of ${HARNESS_SRC:-.} into $H"
   (cd "${HARNESS_SRC:-.}" && build_harness) > "$OUT/harness_build.txt" 2>&1
   stamp "harness build rc=$?"
+  if [ "${HARNESS_XZ:-0}" = 1 ]; then  # to carry to the GPU machine as HARNESS_PREBUILT
+    for b in fwd_check bwd_check bwd_check_race; do [ -f $H/$b ] && xz -T0 -6 -c $H/$b > $H/$b.xz; done
+    stamp "harness compressed: $(cd $H && ls -s --block-size=K ./*.xz | tr '\n' ' ')"
+  fi
 fi
 # The harnesses do not need the package: they run while pip still builds.
 wait_install() {
