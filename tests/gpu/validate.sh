@@ -2,7 +2,7 @@
 # The GPU validation entry (repo root, on a Hopper machine): what must pass before a kernel change
 # lands. Stages, in order, each under its own timeout inside one budget (BUDGET seconds):
 #   install   pip install . (CMake builds every CUDA source; ptxas register/spill lines kept), or
-#             with INSTALL_WHEEL=DIR the wheel tests/gpu/build_wheel.sh built for these sources
+#             with INSTALL_WHEEL=DIR the wheel the wheel stage built for these sources
 #   harness   the standalone harnesses (tests/gpu/cuda): every named configuration and the
 #             library entry checked against float64 on the host, outputs poisoned; the persistent
 #             configurations also with many tiles per CTA and one-pair sections
@@ -17,6 +17,10 @@
 #   decode    benchmarks/bench_decode.py $DECODE_ARGS (only when named in STAGES; the FA3 binding
 #             from ../shared/peers when .peers/bin/env.sh is there), then the harness's kernel-only
 #             --decode-bench
+#   wheel     only the Python 3.12 wheel with the kernels (no GPU needed: build here, carry WHEEL_DIR,
+#             default .devrun/wheel, and name it INSTALL_WHEEL there), built against the GPU machine's
+#             jax (JAX_VERSION, default 0.11.2) in a Python 3.12 environment in /tmp/fa4_py312 (PY312
+#             names the interpreter), stamped with the sources' fingerprint (source.txt)
 #   build     only the harness build (no GPU needed: build here, carry HARNESS_DIR), of the sources
 #             under HARNESS_SRC (default the repository; a `git worktree` of another revision for an
 #             A/B), into HARNESS_DIR (default /tmp/harness); BUILD_JOBS (default 16) compiles at once
@@ -92,9 +96,33 @@ fi
 # A card of 120 GB or more (the H200) has room for 12 test workers and the sanitizers beside them.
 GPU_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2> /dev/null | head -1)
 BIG_GPU=$([ "${GPU_MIB:-0}" -ge 120000 ] && echo 1 || echo 0)
-SRC=$(bash tests/gpu/source_fingerprint.sh)  # these sources (passed lists, prebuilt wheels)
+# The fingerprint of the sources a validation depends on (kernels, package, tests, build files):
+# it keys the resumable passed lists and the prebuilt wheels. Every run prints it (STAGES=none
+# prints it and stops).
+SRC=$(find cuda jax_fa4 tests CMakeLists.txt pyproject.toml -type f \( -name '*.py' -o -name '*.cu' \
+        -o -name '*.cuh' -o -name '*.h' -o -name '*.cc' -o -name '*.txt' -o -name '*.toml' \) \
+        | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+stamp "sources $SRC"
+if has wheel; then
+  W=${WHEEL_DIR:-.devrun/wheel}
+  if [ -z "${PY312:-}" ]; then  # the first Python 3.12 that runs (a pyenv shim may not)
+    for c in python3.12 $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 2> /dev/null); do
+      "$c" -c "" 2> /dev/null && { PY312=$c; break; }
+    done
+  fi
+  "${PY312:-false}" -c "" 2> /dev/null || { stamp "wheel: no Python 3.12 interpreter (set PY312)"; exit 2; }
+  ENV=/tmp/fa4_py312
+  if ! $ENV/bin/python -c "import jax, sys; sys.exit(jax.__version__ != '${JAX_VERSION:-0.11.2}')" 2> /dev/null; then
+    "$PY312" -m venv $ENV && $ENV/bin/pip install -q "scikit-build-core>=0.10" "nanobind>=2.4" cmake ninja \
+      "jax==${JAX_VERSION:-0.11.2}" > "$OUT/wheel.txt" 2>&1 || { stamp "wheel: environment failed ($OUT/wheel.txt)"; exit 1; }
+  fi
+  rm -rf "$W" && mkdir -p "$W"
+  $ENV/bin/pip wheel -q --no-build-isolation --no-deps . -w "$W" >> "$OUT/wheel.txt" 2>&1 || { stamp "wheel: build failed ($OUT/wheel.txt)"; exit 1; }
+  echo "# source $SRC" > "$W/source.txt"
+  stamp "wheel in $W: $(cd "$W" && ls -s --block-size=K ./*.whl | tr '\n' ' ')"
+fi
 if has install; then
-  # INSTALL_WHEEL names a folder from tests/gpu/build_wheel.sh (built without a GPU): its wheel is
+  # INSTALL_WHEEL names a folder from the wheel stage (built without a GPU): its wheel is
   # installed when it was built from these sources and imports with its kernels on this machine;
   # otherwise (or if it fails here) the package is built here.
   WHEEL_OK=0
