@@ -145,11 +145,6 @@ def time_chains(
     return (t_long - t_short) / (CHAIN - CHAIN_SHORT), t_long / CHAIN
 
 
-def measure(impl: str, cell: tuple[int, ...], repeats: int) -> dict[str, Any]:
-    """One record of `impl` on `cell` (fwd_us / fwd_gbps null where it failed)."""
-    return measure_cell([impl], cell, repeats, 1)[0]
-
-
 def measure_cell(
     impls: Sequence[str], cell: tuple[int, ...], repeats: int, rounds: int
 ) -> list[dict[str, Any]]:
