@@ -521,6 +521,36 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
 
   float st[NS / 2];
   float dpt[NS / 2];
+  // A step's P and dS, packed into pf / dsf, from its S^T and dP^T in flight (bwd_p_ds waits for
+  // them): the step whose first query row is m0, on Q / dO stage `stage`. Both step orders below.
+  auto p_and_ds = [&](int m0, int stage, uint32_t (&pf)[NS / 4], uint32_t (&dsf)[NS / 4]) {
+    bool need_mask;
+    if constexpr (K == MaskKind::kVariant) {
+      need_mask = bwd_variant_needs_mask<Cfg>(smem, m0, args.seq_q);
+    } else {
+      // Causal: the block's last key is past the first row's diagonal, or (a band) the block's
+      // last real row is past the reach of its first key.
+      static_assert(KeysPastEnd || K == MaskKind::kDense, "only dense tiles drop the seq_k mask");
+      need_mask = (KeysPastEnd && n0 + Cfg::block_n() > args.seq_k) ||
+                  (Causal && (n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q ||
+                              (bwd_band_bounded<Cfg>(args) && min(m0 + BM, args.seq_q) - 1 - n0 > args.band_reach)));
+    }
+    // kDense / kCausal: one copy of the P / dS code per need_mask, so the unmasked one carries no
+    // test at all. kVariant: the float code without a mask, then on masked steps the element pass
+    // on the packed halves (bwd_variant_mask_pds).
+    const float* lse_cols = sLse + stage * BM + s_col0 + col_in_slice;
+    const float* delta_cols = sDelta + stage * BM + s_col0 + col_in_slice;
+    const int query0 = m0 + s_col0 + col_in_slice;
+    if constexpr (K == MaskKind::kVariant) {
+      bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, false, key_row0, query0);
+      if (need_mask) bwd_variant_mask_pds<Cfg, NS>(pf, dsf, args, key_row0, query0, m0, smem);
+    } else if (kBwdSplitMaskedCopy<Cfg> && need_mask) {
+      bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, true, key_row0, query0);
+    } else {
+      bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols,
+                                       kBwdSplitMaskedCopy<Cfg> ? false : need_mask, key_row0, query0);
+    }
+  };
   if constexpr (Cfg::dq_under_dk()) {
     // One step: S^T and dP^T; P and dS; dV (RS) under the dS^T store and the P / dS barrier; dQ
     // (SS) behind it; once dV retired, dO's stage released and dK (RS) issued; once dQ retired, the
@@ -530,35 +560,9 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     auto step_fn = [&](int m0, int step) {
       issue_st_step<T, Cfg>(st, q, sK, r, s_col0);
       issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0);
-      bool need_mask;
-      if constexpr (K == MaskKind::kVariant) {
-        need_mask = bwd_variant_needs_mask<Cfg>(smem, m0, args.seq_q);
-      } else {
-        // Causal: the block's last key is past the first row's diagonal, or (a band) the block's
-        // last real row is past the reach of its first key.
-        static_assert(KeysPastEnd || K == MaskKind::kDense, "only dense tiles drop the seq_k mask");
-        need_mask = (KeysPastEnd && n0 + Cfg::block_n() > args.seq_k) ||
-                    (Causal && (n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q ||
-                                (bwd_band_bounded<Cfg>(args) && min(m0 + BM, args.seq_q) - 1 - n0 > args.band_reach)));
-      }
       uint32_t pf[NS / 4];
       uint32_t dsf[NS / 4];
-      // kDense / kCausal: one copy of the P / dS code per need_mask, so the unmasked one carries no
-      // test at all. kVariant: the float code without a mask, then on masked steps the element pass
-      // on the packed halves (bwd_variant_mask_pds).
-      const int stage = q.pipe.stage;
-      const float* lse_cols = sLse + stage * BM + s_col0 + col_in_slice;
-      const float* delta_cols = sDelta + stage * BM + s_col0 + col_in_slice;
-      const int query0 = m0 + s_col0 + col_in_slice;
-      if constexpr (K == MaskKind::kVariant) {
-        bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, false, key_row0, query0);
-        if (need_mask) bwd_variant_mask_pds<Cfg, NS>(pf, dsf, args, key_row0, query0, m0, smem);
-      } else if (kBwdSplitMaskedCopy<Cfg> && need_mask) {
-        bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, true, key_row0, query0);
-      } else {
-        bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols,
-                                         kBwdSplitMaskedCopy<Cfg> ? false : need_mask, key_row0, query0);
-      }
+      p_and_ds(m0, q.pipe.stage, pf, dsf);
       uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
       // Pins dK/dV before the fence: zeros sunk past wgmma_fence make ptxas inject a
       // warpgroup.arrive (C7519).
@@ -621,34 +625,9 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
     }
   } else {
     auto scores_to_ds = [&](int m0, int stage, int step) {
-      bool need_mask;
-      if constexpr (K == MaskKind::kVariant) {
-        need_mask = bwd_variant_needs_mask<Cfg>(smem, m0, args.seq_q);
-      } else {
-        // Causal: the block's last key is past the first row's diagonal, or (a band) the block's
-        // last real row is past the reach of its first key.
-        static_assert(KeysPastEnd || K == MaskKind::kDense, "only dense tiles drop the seq_k mask");
-        need_mask = (KeysPastEnd && n0 + Cfg::block_n() > args.seq_k) ||
-                    (Causal && (n0 + Cfg::block_n() - 1 > m0 + args.seq_k - args.seq_q ||
-                                (bwd_band_bounded<Cfg>(args) && min(m0 + BM, args.seq_q) - 1 - n0 > args.band_reach)));
-      }
       uint32_t pf[NS / 4];
       uint32_t dsf[NS / 4];
-      // kDense / kCausal: one copy of the P / dS code per need_mask, so the unmasked one carries no
-      // test at all. kVariant: the float code without a mask, then on masked steps the element pass
-      // on the packed halves (bwd_variant_mask_pds).
-      const float* lse_cols = sLse + stage * BM + s_col0 + col_in_slice;
-      const float* delta_cols = sDelta + stage * BM + s_col0 + col_in_slice;
-      const int query0 = m0 + s_col0 + col_in_slice;
-      if constexpr (K == MaskKind::kVariant) {
-        bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, false, key_row0, query0);
-        if (need_mask) bwd_variant_mask_pds<Cfg, NS>(pf, dsf, args, key_row0, query0, m0, smem);
-      } else if (kBwdSplitMaskedCopy<Cfg> && need_mask) {
-        bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols, true, key_row0, query0);
-      } else {
-        bwd_p_ds<T, Cfg, K, SoftCap, NS>(st, dpt, pf, dsf, args, lse_cols, delta_cols,
-                                         kBwdSplitMaskedCopy<Cfg> ? false : need_mask, key_row0, query0);
-      }
+      p_and_ds(m0, stage, pf, dsf);
       uint8_t* ds_tile = sDS + (step % Cfg::pds_stages()) * Cfg::pds_tile_bytes();
       // Pins dK/dV (their zeroing, in the peeled first call) before the fence: zeros sunk past
       // wgmma_fence make ptxas inject a warpgroup.arrive (C7519). No-op in the loop.
