@@ -78,21 +78,21 @@ def summary(row: dict[str, str], units: dict[str, str], stalls: int) -> list[str
     if facts:
         out.append("    " + ", ".join(facts))
     stall = {
-        key[len(_STALL) : -len(_STALL_SUFFIX)]: _number(v)
+        key[len(_STALL) : -len(_STALL_SUFFIX)]: x
         for key, v in row.items()
-        if key.startswith(_STALL) and key.endswith(_STALL_SUFFIX) and _number(v)
+        if key.startswith(_STALL) and key.endswith(_STALL_SUFFIX) and (x := _number(v))
     }
-    top = sorted(stall.items(), key=lambda kv: -(kv[1] or 0.0))[:stalls]
+    top = sorted(stall.items(), key=lambda kv: -kv[1])[:stalls]
     if top:
         out.append(
             "    stalls (cycles / issued instruction): " + ", ".join(f"{k} {v:.2f}" for k, v in top)
         )
     pipes = {
-        key: _number(v)
+        key: x
         for key, v in row.items()
-        if "pipe_" in key and key.endswith("pct_of_peak_sustained_active") and _number(v)
+        if "pipe_" in key and key.endswith("pct_of_peak_sustained_active") and (x := _number(v))
     }
-    busy = sorted(pipes.items(), key=lambda kv: -(kv[1] or 0.0))[:8]
+    busy = sorted(pipes.items(), key=lambda kv: -kv[1])[:8]
     if busy:
         out.append(
             "    pipes (% of peak): "

@@ -259,22 +259,21 @@ if has tests; then
   # $OUT/passed.txt: the tests that passed, headed by a fingerprint of the sources; a later run of
   # the same sources (another device call, a later session) given it as TESTS_RESUME runs only
   # the rest of its selection. A file from other sources is refused, and everything runs.
-  src=$SRC
-  echo "# source $src" > "$OUT/passed.txt"
+  echo "# source $SRC" > "$OUT/passed.txt"
   unset FA4_SKIP_FILE
-  KEPT=/tmp/fa4_validate_passed_$src.txt  # this machine's earlier runs of these sources
+  KEPT=/tmp/fa4_validate_passed_$SRC.txt  # this machine's earlier runs of these sources
   if [ -z "${TESTS_RESUME:-}" ] && [ -s "$KEPT" ]; then
     TESTS_RESUME=$KEPT
     stamp "TESTS_RESUME unset: resuming this machine's earlier run of these sources ($KEPT; TESTS_RESUME=none runs all)"
   fi
   [ "${TESTS_RESUME:-}" = none ] && TESTS_RESUME=
   if [ -n "${TESTS_RESUME:-}" ]; then
-    if [ "$(head -1 "$TESTS_RESUME" 2> /dev/null)" = "# source $src" ]; then
+    if [ "$(head -1 "$TESTS_RESUME" 2> /dev/null)" = "# source $SRC" ]; then
       grep -v '^#' "$TESTS_RESUME" | tee "$OUT/resumed.txt" >> "$OUT/passed.txt"
       export FA4_SKIP_FILE="$OUT/resumed.txt"
       stamp "resuming: $(wc -l < "$OUT/resumed.txt") tests passed before on these sources are deselected"
     else
-      stamp "TESTS_RESUME=$TESTS_RESUME is not of these sources (# source $src): running everything"
+      stamp "TESTS_RESUME=$TESTS_RESUME is not of these sources (# source $SRC): running everything"
     fi
   fi
   stamp "pytest tests/gpu ($PYTEST_WORKERS workers)"
