@@ -25,6 +25,8 @@ import csv
 import sys
 from collections.abc import Sequence
 
+from ncu_summary import number
+
 _SAMPLES = "Warp Stall Sampling (All Samples)"
 _WAVEFRONTS = (
     "L1 Wavefronts Shared",
@@ -34,10 +36,8 @@ _WAVEFRONTS = (
 
 
 def _number(text: str) -> float:
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return 0.0
+    """A sample or wavefront count; an empty cell counts 0."""
+    return number(text) or 0.0
 
 
 def read_source(path: str) -> tuple[list[str], list[dict[str, str]]]:

@@ -48,7 +48,8 @@ def read_report(path: str) -> tuple[list[dict[str, str]], dict[str, str]]:
     return [dict(zip(header, row, strict=False)) for row in body], units
 
 
-def _number(text: str | None) -> float | None:
+def number(text: str | None) -> float | None:
+    """A metric cell as a number ("4,850,500" -> 4850500.0); None when empty or not a number."""
     try:
         return float((text or "").replace(",", ""))
     except ValueError:
@@ -57,7 +58,7 @@ def _number(text: str | None) -> float | None:
 
 def duration_us(row: dict[str, str], units: dict[str, str]) -> float | None:
     """The kernel's duration in microseconds, by the units row (ns where it has none)."""
-    value = _number(row.get(_DURATION))
+    value = number(row.get(_DURATION))
     return None if value is None else value * _TIME_UNITS.get(units.get(_DURATION, "nsecond"), 1e-3)
 
 
@@ -69,10 +70,10 @@ def summary(row: dict[str, str], units: dict[str, str], stalls: int) -> list[str
     d = duration_us(row, units)
     if d is not None:
         facts.append(f"{d:,.1f} us")
-    inst = _number(row.get("smsp__inst_executed.sum") or row.get("sm__inst_executed.sum"))
+    inst = number(row.get("smsp__inst_executed.sum") or row.get("sm__inst_executed.sum"))
     if inst is not None:
         facts.append(f"{inst:,.0f} warp instructions")
-    issue = _number(row.get("smsp__issue_active.avg.pct_of_peak_sustained_active"))
+    issue = number(row.get("smsp__issue_active.avg.pct_of_peak_sustained_active"))
     if issue is not None:
         facts.append(f"issue active {issue:.1f}%")
     if facts:
@@ -80,7 +81,7 @@ def summary(row: dict[str, str], units: dict[str, str], stalls: int) -> list[str
     stall = {
         key[len(_STALL) : -len(_STALL_SUFFIX)]: x
         for key, v in row.items()
-        if key.startswith(_STALL) and key.endswith(_STALL_SUFFIX) and (x := _number(v))
+        if key.startswith(_STALL) and key.endswith(_STALL_SUFFIX) and (x := number(v))
     }
     top = sorted(stall.items(), key=lambda kv: -kv[1])[:stalls]
     if top:
@@ -90,7 +91,7 @@ def summary(row: dict[str, str], units: dict[str, str], stalls: int) -> list[str
     pipes = {
         key: x
         for key, v in row.items()
-        if "pipe_" in key and key.endswith("pct_of_peak_sustained_active") and (x := _number(v))
+        if "pipe_" in key and key.endswith("pct_of_peak_sustained_active") and (x := number(v))
     }
     busy = sorted(pipes.items(), key=lambda kv: -kv[1])[:8]
     if busy:
