@@ -52,10 +52,23 @@ struct BwdTile {
   static constexpr bool dense_only() { return dq_transposed(); }
   // The step order (bwd_consumer_tile): dQ issued after dV and its piece staged while dK runs
   // (its shared-memory stores under a register-sourced product), nothing carried across steps;
-  // or the look-ahead order, whose dQ(t) staging runs under the next step's S^T. The 80-row tile
-  // keeps the look-ahead: with dQ^T's 40 accumulators beside dV's operands ptxas serializes its
-  // wgmma pipeline (C7512); hd64's grid kernel spills 88 B in it (8 with the look-ahead).
-  static constexpr bool dq_under_dk() { return HeadDim == 128 && BlockM == 64; }
+  // or the look-ahead order, whose dQ(t) staging runs under the next step's S^T. hd64 keeps the
+  // look-ahead: its grid kernel spills 88 B in the dQ-under-dK order (8 with the look-ahead).
+  static constexpr bool dq_under_dk() { return HeadDim == 128; }
+  // In the dQ-under-dK order, dQ is issued only once dV retired (the 80-row tile): with dQ^T's
+  // 40 accumulators in flight beside dV's operands ptxas serializes the wgmma pipeline (C7512).
+  static constexpr bool dq_after_dv_retired() { return dq_transposed(); }
+  // S^T = K Q^T with K's first 64 head-dim columns as the register A operand (an RS wgmma; the
+  // fragments loaded by ldmatrix once a tile, k_frag_regs() a thread), the rest of K at hd128 by
+  // descriptor: each step's S^T then reads half (hd128) or none (hd64) of K from shared memory,
+  // whose port the step saturates. The grid kernels of the 64-row hd128 tile (every mask), and
+  // hd64's causal kernel without the cap (plain_causal); elsewhere the 16 registers spill (hd64
+  // dense 28 B, capped 20 B, variant 140 B; the persistent kernels' 232 registers 32-124 B; the
+  // 80-row tile's 208 accumulators).
+  static constexpr bool k_in_registers(bool plain_causal) {
+    return !Persistent && ((HeadDim == 128 && BlockM == 64) || (HeadDim == 64 && plain_causal));
+  }
+  static constexpr int k_frag_regs() { return 16; }  // 64 rows x 64 columns of 16-bit K a warpgroup
   // One CTA per SM looping over (key block, kv head, batch) tiles taken from a global counter
   // (bwd_kernel_persistent): the next tile's K/V loads overlap this tile's dK/dV stores, the
   // Q/dO ring and the dQ handshakes run on across tiles.

@@ -21,19 +21,42 @@
 #include "hopper/common/numeric.cuh"
 #include "hopper/common/pipeline.cuh"
 #include "hopper/ptx/barrier.cuh"
+#include "hopper/ptx/ldmatrix.cuh"
 #include "hopper/ptx/mbarrier.cuh"
+#include "hopper/ptx/special_registers.cuh"
 #include "hopper/ptx/stmatrix.cuh"
 #include "hopper/ptx/wgmma.cuh"
 #include "hopper/ptx/wgmma_mma.cuh"
 
 namespace fa4::hopper {
 
+// X's rows [64r, 64r + 64), head-dim columns [0, 64), as the register A operand of four k16
+// wgmma steps (BwdTile::k_in_registers): register 4 kk + m holds ldmatrix matrix m of step kk
+// (rows + 8 (m % 2), columns 16 kk + 8 (m / 2)), the accumulator layout's fragment order.
+template <class Cfg>
+__device__ __forceinline__ void load_a_frags(uint32_t (&frag)[Cfg::k_frag_regs()], const uint8_t* x_tile, int r,
+                                             int warp, int lane) {
+  static_assert(Cfg::k_frag_regs() == 16, "four k16 steps of four registers");
+  const int m = lane / 8;
+  const int row = 64 * r + 16 * warp + lane % 8 + 8 * (m % 2);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    uint32_t f[4];
+    ldmatrix_x4(f, x_tile + sw128_offset(row, 16 * kk + 8 * (m / 2), Cfg::chunk_bytes_kv()));
+#pragma unroll
+    for (int u = 0; u < 4; ++u) frag[4 * kk + u] = f[u];
+  }
+}
+
 // Acc^T (64 key rows x N query columns) = X Y^T over the head dim, X = K or V rows [64r, 64r+64)
 // (K-major, block_n-row chunks), Y = this step's Q or dO columns [col0, col0 + N) (K-major,
-// block_m-row chunks). Caller fences and commits.
-template <class T, class Cfg, int N>
+// block_m-row chunks). KF = k_frag_regs(): X's first 64 columns come from x_frag (load_a_frags;
+// an RS wgmma), the rest from shared memory; KF = 1: all of X from shared memory (x_frag
+// unused). Caller fences and commits.
+template <class T, class Cfg, int N, int KF>
 __device__ __forceinline__ void issue_transposed_scores(float (&acc)[N / 2], const uint8_t* x_tile, int r,
-                                                        const uint8_t* y_tile, int col0) {
+                                                        const uint8_t* y_tile, int col0, const uint32_t (&x_frag)[KF]) {
+  static_assert(KF == 1 || (KF == Cfg::k_frag_regs() && !Cfg::dq_transposed()), "register X: 64-row tiles");
   using Tag = typename WgmmaTag<T>::type;
   // dq_transposed: X's descriptors as Y's plus the byte distance (both K-major, the same fields):
   // Y's ring stage makes them loop-variant, so they are formed per step on the uniform datapath.
@@ -48,6 +71,14 @@ __device__ __forceinline__ void issue_transposed_scores(float (&acc)[N / 2], con
     const int chunk = kk / 4;
     const uint32_t within = (kk % 4) * 32;  // 16 elements = 32 bytes inside a swizzle row
     uint64_t a, b;
+    if constexpr (KF > 1) {
+      if (kk < 4) {
+        b = MmaSmemDescriptor::sw128(y_tile + col0 * 128, 0).plus_bytes(within).bits;
+        const uint32_t frag[4] = {x_frag[4 * kk], x_frag[4 * kk + 1], x_frag[4 * kk + 2], x_frag[4 * kk + 3]};
+        WgmmaRS<Tag, N>::template mma<0>(acc, frag, b, kk > 0 ? 1u : 0u);
+        continue;
+      }
+    }
     if constexpr (Cfg::dq_transposed()) {
       b = y0.plus_bytes(chunk * Cfg::chunk_bytes_q() + within).bits;
       a = b + uint64_t(x_minus_y + chunk * (int64_t(Cfg::chunk_bytes_kv()) - int64_t(Cfg::chunk_bytes_q())) / 16);
@@ -189,12 +220,12 @@ __device__ __forceinline__ void store_dkv_rows(void* out, const float (&acc)[Cfg
 // query sees, before its empty loop): no barrier wait, the product of whatever the stage holds is
 // computed and never read -- so the issue is unconditional (a conditional issue made ptxas
 // serialize the pipeline, C7515/C7517, and spill). Nothing writes that stage for this tile.
-template <class T, class Cfg, class Ring>
+template <class T, class Cfg, class Ring, int KF>
 __device__ __forceinline__ void issue_st_step(float (&st)[Cfg::s_cols() / 2], Ring& q, const uint8_t* sK, int r,
-                                              int s_col0, bool wait = true) {
+                                              int s_col0, const uint32_t (&k_frag)[KF], bool wait = true) {
   if (wait) q.wait(0);
   wgmma_fence();
-  issue_transposed_scores<T, Cfg, Cfg::s_cols()>(st, sK, r, q.get(), s_col0);
+  issue_transposed_scores<T, Cfg, Cfg::s_cols()>(st, sK, r, q.get(), s_col0, k_frag);
   wgmma_commit();
 }
 template <class T, class Cfg, class Ring>
@@ -202,7 +233,8 @@ __device__ __forceinline__ void issue_dpt_step(float (&dpt)[Cfg::s_cols() / 2], 
                                                int s_col0, bool wait = true) {
   if (wait) dO.wait(0);
   wgmma_fence();  // a wait loop sits between the two groups: fence again (else ptxas injects one, C7519)
-  issue_transposed_scores<T, Cfg, Cfg::s_cols()>(dpt, sV, r, dO.get(), s_col0);
+  const uint32_t no_frag[1] = {0u};
+  issue_transposed_scores<T, Cfg, Cfg::s_cols()>(dpt, sV, r, dO.get(), s_col0, no_frag);
   wgmma_commit();
 }
 
@@ -461,7 +493,9 @@ constexpr bool kBwdDenseTileSplit = !kBwdSplitMaskedCopy<Cfg>;
 //
 // dQ under dK, per step t: S^T(t) and dP^T(t) (SS); P and dS; dV(t) (RS) under the dS^T store and
 // the P / dS barrier; dQ(t) (SS); wait<1>: dV retired, release dO(t); dK(t) (RS); wait<1>: dQ
-// retired, its piece staged under dK; wait<0>: release Q(t).
+// retired, its piece staged under dK; wait<0>: release Q(t). The 80-row tile
+// (Cfg::dq_after_dv_retired) waits for dV before issuing dQ^T: wait<0>: release dO(t); dQ^T(t),
+// dK(t); wait<1>: dQ^T retired, staged under dK; wait<0>: release Q(t).
 //
 // Look-ahead: one iteration = the second half of step t and the first half of step t + 1:
 //   B(t) = dQ(t);  C = S^T(t+1) from Q's next stage;  wait<1>: B retired;  release Q(t), dO(t);
@@ -510,6 +544,17 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
   }
   const bool any = m_end > m_begin;
   if (any) mbarrier_wait(kv_full, kv_parity);
+  // K's first 64 head-dim columns as S^T's register operand (BwdTile::k_in_registers), loaded once
+  // K landed. A grid tile without steps loads whatever K holds (nothing writes it) and never
+  // reads the products it feeds.
+  constexpr bool KRegs = Cfg::k_in_registers(K == MaskKind::kCausal && !SoftCap);
+  uint32_t k_frag[KRegs ? Cfg::k_frag_regs() : 1];
+  if constexpr (KRegs) {
+    static_assert(!Cfg::persistent(), "the next tile's K may be landing: registers loaded per tile only here");
+    load_a_frags<Cfg>(k_frag, sK, r, warp, lane);
+  } else {
+    k_frag[0] = 0u;
+  }
   // The phase probe's thread (a probe build's grid kernel only).
   const bool probe = kBwdPhaseProbe && !Cfg::persistent() && c == 0 && tid == 0;
   if (probe) bwd_probe_mark(args, kBwdProbeKv);
@@ -553,12 +598,12 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
   };
   if constexpr (Cfg::dq_under_dk()) {
     // One step: S^T and dP^T; P and dS; dV (RS) under the dS^T store and the P / dS barrier; dQ
-    // (SS) behind it; once dV retired, dO's stage released and dK (RS) issued; once dQ retired, the
-    // dQ piece staged while dK runs (its stores under a register-sourced product, which leaves half
-    // the shared-memory bandwidth free); once dK retired, Q's stage released. Nothing is in flight
-    // across the loop's back edge.
+    // (SS) behind it (the 80-row tile: once dV retired); once dV retired, dO's stage released and
+    // dK (RS) issued; once dQ retired, the dQ piece staged while dK runs (its stores under a
+    // register-sourced product, which leaves half the shared-memory bandwidth free); once dK
+    // retired, Q's stage released. Nothing is in flight across the loop's back edge.
     auto step_fn = [&](int m0, int step) {
-      issue_st_step<T, Cfg>(st, q, sK, r, s_col0);
+      issue_st_step<T, Cfg>(st, q, sK, r, s_col0, k_frag);
       issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0);
       uint32_t pf[NS / 4];
       uint32_t dsf[NS / 4];
@@ -579,7 +624,24 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
       // Generic-proxy stores -> wgmma (async proxy) reads, across both warpgroups.
       fence_proxy_async_smem();
       named_barrier_sync(kBwdBarPds, kBwdConsumerThreads);
+      // The release test re-reads %tid.x: held across the loop, it cost the 80-row tile a spilled
+      // register and two local accesses a step.
+      auto release_thread = [] { return kBwdReleaseEveryThread || thread_index_x() % 128 == 0; };
+      // dO(t) and delta: every wgmma reading them (dP^T, dV) has retired, and every consumer
+      // thread's delta reads fed its dS, stored before the P / dS barrier the releasing thread
+      // passed. (The loader refills a stage's Q, then its dO, so dO(t + 2) still waits for Q(t)'s
+      // release below; released here, dO's stage is free as soon as it can be.)
+      auto release_do = [&] {
+        fence_regs(pf);
+        fence_regs(dv);
+        dO.release(release_thread());
+        dO.advance();
+      };
       float dq[Cfg::dq_regs()];
+      if constexpr (Cfg::dq_after_dv_retired()) {
+        wgmma_wait<0>();  // dV retired
+        release_do();
+      }
       wgmma_fence();
       if constexpr (Cfg::dq_transposed()) {
         issue_dqt<T, Cfg>(dq, sK, dq_col0 / 64, ds_tile);
@@ -587,16 +649,11 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
         issue_dq<T, Cfg, Cfg::dq_cols()>(dq, ds_tile, qs, sK, dq_col0);
       }
       wgmma_commit();
-      wgmma_wait<1>();  // dV retired (groups retire in order); dQ may run
-      fence_regs(pf);
-      fence_regs(dv);
-      // dO(t) and delta: every wgmma reading them (dP^T, dV) has retired, and every consumer
-      // thread's delta reads fed its dS, stored before the P / dS barrier the elected thread passed.
-      // (The loader refills a stage's Q, then its dO, so dO(t + 2) still waits for Q(t)'s release
-      // below; released here, dO's stage is free as soon as it can be.)
-      dO.release(kBwdReleaseEveryThread || elected);
-      dO.advance();
-      wgmma_fence();
+      if constexpr (!Cfg::dq_after_dv_retired()) {
+        wgmma_wait<1>();  // dV retired (groups retire in order); dQ may run
+        release_do();
+        wgmma_fence();
+      }
       issue_dkv_rs<T, Cfg>(dk, dsf, q.get(), dkv_col0);
       wgmma_commit();
       wgmma_wait<1>();  // dQ retired; dK may run
@@ -606,7 +663,7 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
       fence_regs(dsf);
       fence_regs(dk);
       // Q(t) and lse: S^T and dK have retired; the lse reads fed P before the barrier.
-      q.release(kBwdReleaseEveryThread || elected);
+      q.release(release_thread());
       q.advance();
     };
 
@@ -652,7 +709,7 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
       fence_regs(dv);
     };
 
-    issue_st_step<T, Cfg>(st, q, sK, r, s_col0, tile_steps > 0);
+    issue_st_step<T, Cfg>(st, q, sK, r, s_col0, k_frag, tile_steps > 0);
     issue_dpt_step<T, Cfg>(dpt, dO, sV, r, s_col0, tile_steps > 0);
     if (tile_steps > 0) {
       scores_to_ds(m_begin * BM, q.pipe.stage, step0);
@@ -678,7 +735,7 @@ __device__ __forceinline__ int bwd_consumer_tile(int c, uint8_t* smem, uint64_t*
         // Group C: the next step's S^T.
         Ring q_next = q;
         q_next.advance();
-        issue_st_step<T, Cfg>(st, q_next, sK, r, s_col0);
+        issue_st_step<T, Cfg>(st, q_next, sK, r, s_col0, k_frag);
         wgmma_wait<1>();  // B retired (groups retire in order); C may run
       } else {
         wgmma_wait<0>();

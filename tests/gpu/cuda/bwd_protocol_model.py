@@ -10,15 +10,14 @@ generations), the order of wgmma issue / wait_group retirement, TMA completion i
 bulk-copy reads open until wait_group.read.
 
 Kernels (the named configurations of cuda/hopper/bwd/config.cuh):
-  'hd64/hd128 (80x128)'  bwd_kernel (kernel.cuh) for BwdHd64 and BwdHd128Rows80 (one protocol;
-                     only the block shapes differ): producer.cuh's loads (K/V once, Q and dO
+  'hd64'             bwd_kernel (kernel.cuh) for BwdHd64: producer.cuh's loads (K/V once, Q and dO
                      rings of two stages), mainloop.cuh's look-ahead consumer loop (S^T / dP^T
                      of the next step issued behind this step's dQ, dS^T double-buffered, one
                      Pds barrier per step, the last step's dQ peeled with no look-ahead after
                      it), stage_dq_tile and bwd_dq_writer (dq_writer.cuh: the shared float32 dQ
                      tile, one piece per consumer warpgroup with its own DqFull / DqEmpty, one
                      bulk reduce-add per piece).
-  'hd64/hd128 (80x128) det'  the same in deterministic mode: the writer's lane 0 waits until the
+  'hd64 det'         the same in deterministic mode: the writer's lane 0 waits until the
                      previous key block released the query block's semaphore, adds, waits for
                      the global writes (bulk_wait_all) and releases rank + 1.
   'hd64 persistent'  bwd_kernel_persistent for BwdHd64Persistent: the tile ids published by the
@@ -32,6 +31,11 @@ Kernels (the named configurations of cuda/hopper/bwd/config.cuh):
                      (BwdTile::dq_under_dk): per step S^T and dP^T, dV beside the dS^T store and
                      the Pds barrier, dQ, dO released once dV retired, dK, the dQ piece staged
                      once dQ retired, Q released once dK retired; nothing in flight across steps.
+  'hd128 (80x128)', 'hd128 (80x128) det'  bwd_kernel for BwdHd128Rows80, in the dQ-under-dK order
+                     with dQ^T issued once dV retired (BwdTile::dq_after_dv_retired): per step
+                     S^T and dP^T, dV beside the dS store and the Pds barrier, dV retired and dO
+                     released, dQ^T and dK, the dQ^T piece staged once dQ^T retired, Q released
+                     once dK retired.
   'hd256'            bwd_kernel_kv80 for BwdHd256 (kernel_kv80.cuh): a Q ring of two stages, a dO
                      ring of one stage (dO(t) freed once dV^T(t) retired), P^T and dS^T through
                      double-buffered shared memory with one Pds barrier per step, dQ added by the
@@ -49,13 +53,13 @@ reader read them; dQ of each step is added exactly once with both warpgroups' pi
 deterministic mode each semaphore release finds all of the step's adds landed, in step order.
 
 Mutations (--mutate; each must make some trial fail, so the model does see that bug):
-  hd64/hd128 (80x128) and hd128: 'no_dq_empty_wait' (the consumers store their dQ pieces without
+  hd64, hd128 and hd128 (80x128): 'no_dq_empty_wait' (the consumers store their dQ pieces without
   the DqEmpty bar.sync), 'no_wait_read' (the writer frees a dQ piece before the bulk engine read
   it), 'single_pds_buffer' (one dS^T buffer: a warpgroup's dS^T(t + 1) store would overwrite what
   the other's dQ(t) still reads, since the warpgroups meet only at the Pds barrier),
   'release_early' (det: the semaphore released before bulk_wait_all); hd128 also
-  'q_release_before_dk' (Q's stage released before dK, which reads it, retired); hd64 and hd128
-  persistent: 'kv_load_without_empty' (next tile's K/V loaded without the kv_empty wait),
+  'q_release_before_dk' (Q's stage released before dK, which reads it, retired), as hd128
+  (80x128); hd64 and hd128 persistent: 'kv_load_without_empty' (next tile's K/V loaded without the kv_empty wait),
   'kv_empty_before_epilogue' (kv_empty arrived before the dK / dV staging in V was read back),
   'kv_empty_before_last_dq' (hd64: kv_empty arrived before the last step's dQ, which reads K,
   retired), 'kv_empty_before_last_step' (hd128: kv_empty arrived before the last step); hd256: 'single_pds_buffer', 'do_release_early' (dO freed before dV^T retired),
@@ -330,7 +334,7 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
                 if mem.content != ("kv", tid):
                     raise Fail(f"{key}: K/V of tile {tid} expected, {mem.name} holds {mem.content}")
             kv_uses += 1
-            if order == "dq_under_dk":
+            if order in ("dq_under_dk", "dq_after_dv"):
                 for k in range(steps):
                     g = step0 + k
                     if persistent and k == steps - 1 and mutate == "kv_empty_before_last_step":
@@ -431,12 +435,19 @@ def run_tile_kernel(rng, tiles_steps, persistent, det=False, mutate=None, stages
         buf = ds_mem[g % n_pds]
         buf.write(("dS", g, c), key)
         yield from named_sync(pds, 128, g)
-        # dQ(g) reads the whole dS^T buffer and K; wait<1>: dV retired, dO(g) released.
-        buf.open((key, "B", g))
-        k_mem.open((key, "B", g))
-        yield (lambda: True), None
-        d_mem[st].close((key, "dV", g))
-        yield (lambda: True), (lambda: d_empty[st].arrive())
+        if order == "dq_after_dv":
+            # wait<0>: dV retired, dO(g) released; then dQ^T(g) reads the whole dS buffer and K.
+            d_mem[st].close((key, "dV", g))
+            yield (lambda: True), (lambda: d_empty[st].arrive())
+            buf.open((key, "B", g))
+            k_mem.open((key, "B", g))
+        else:
+            # dQ(g) reads the whole dS^T buffer and K; wait<1>: dV retired, dO(g) released.
+            buf.open((key, "B", g))
+            k_mem.open((key, "B", g))
+            yield (lambda: True), None
+            d_mem[st].close((key, "dV", g))
+            yield (lambda: True), (lambda: d_empty[st].arrive())
         # dK (RS: reads Q); wait<1>: dQ retired, its piece staged under dK.
         q_mem[st].open((key, "dK", g))
         yield (lambda: True), None
@@ -718,14 +729,14 @@ def run_kv80_kernel(rng, steps, det=False, mutate=None):
 PERSISTENT_TILES = [[1], [1, 1], [2, 1, 1, 3], [1, 1, 1, 1, 1], [4, 2, 6], [3, 1, 2, 1, 5, 1]]
 
 KERNELS = {
-    # name: (trial(rng, tiles, mutate), tile-step lists tried). The look-ahead order: hd64 and
-    # hd128 (80x128) on bwd_kernel, hd64 persistent; dQ under dK: hd128 and hd128 persistent
-    # (BwdTile::dq_under_dk).
-    "hd64/hd128 (80x128)": (
+    # name: (trial(rng, tiles, mutate), tile-step lists tried). The look-ahead order: hd64 on
+    # bwd_kernel, hd64 persistent; dQ under dK: hd128, hd128 persistent and (dQ^T after dV
+    # retired) hd128 (80x128) (BwdTile::dq_under_dk, dq_after_dv_retired).
+    "hd64": (
         lambda rng, t, m=None: run_tile_kernel(rng, t, False, mutate=m),
         [[0], [1], [2], [3], [7]],
     ),
-    "hd64/hd128 (80x128) det": (
+    "hd64 det": (
         lambda rng, t, m=None: run_tile_kernel(rng, t, False, True, m),
         [[1], [2], [5], [9]],
     ),
@@ -745,6 +756,14 @@ KERNELS = {
         lambda rng, t, m=None: run_tile_kernel(rng, t, True, mutate=m, order="dq_under_dk"),
         PERSISTENT_TILES,
     ),
+    "hd128 (80x128)": (
+        lambda rng, t, m=None: run_tile_kernel(rng, t, False, mutate=m, order="dq_after_dv"),
+        [[0], [1], [2], [3], [7]],
+    ),
+    "hd128 (80x128) det": (
+        lambda rng, t, m=None: run_tile_kernel(rng, t, False, True, m, order="dq_after_dv"),
+        [[1], [2], [5], [9]],
+    ),
     "hd256": (
         lambda rng, t, m=None: run_kv80_kernel(rng, t[0], mutate=m),
         [[0], [1], [2], [5], [9]],
@@ -753,10 +772,10 @@ KERNELS = {
 }
 
 MUTATIONS = (
-    ("hd64/hd128 (80x128)", "no_dq_empty_wait"),
-    ("hd64/hd128 (80x128)", "no_wait_read"),
-    ("hd64/hd128 (80x128)", "single_pds_buffer"),
-    ("hd64/hd128 (80x128) det", "release_early"),
+    ("hd64", "no_dq_empty_wait"),
+    ("hd64", "no_wait_read"),
+    ("hd64", "single_pds_buffer"),
+    ("hd64 det", "release_early"),
     ("hd64 persistent", "kv_load_without_empty"),
     ("hd64 persistent", "kv_empty_before_last_dq"),
     ("hd64 persistent", "kv_empty_before_epilogue"),
@@ -765,6 +784,10 @@ MUTATIONS = (
     ("hd128", "q_release_before_dk"),
     ("hd128", "no_wait_read"),
     ("hd128 det", "release_early"),
+    ("hd128 (80x128)", "no_dq_empty_wait"),
+    ("hd128 (80x128)", "single_pds_buffer"),
+    ("hd128 (80x128)", "q_release_before_dk"),
+    ("hd128 (80x128) det", "release_early"),
     ("hd128 persistent", "kv_load_without_empty"),
     ("hd128 persistent", "kv_empty_before_epilogue"),
     ("hd128 persistent", "kv_empty_before_last_step"),
