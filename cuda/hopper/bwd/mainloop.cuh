@@ -304,6 +304,17 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
                                          const float* delta_cols, bool need_mask, int key_row0, int query0) {
   constexpr bool Causal = K == MaskKind::kCausal;
   static_assert(!SoftCap || K != MaskKind::kDense, "soft-capped problems run the kCausal or kVariant mask");
+  // The lse pairs are loaded before the S^T wait and the delta pairs before the dP^T wait, so the
+  // loads are served while the products run (after each wait, the wait's memory clobber kept
+  // them, and their first uses took 10-13% of the warps' stall samples on the hd128 causal
+  // step). Where registers allow: S^T slices of up to 80 columns (hd64's 128 spilled 120 B), not
+  // the soft cap (P and dS formed after the dP^T wait) nor the persistent kernels (232 registers).
+  constexpr bool Prefetch = NS <= 80 && !SoftCap && !Cfg::persistent();
+  float2 lse_pair[NS / 8];
+  if constexpr (Prefetch) {
+#pragma unroll
+    for (int j = 0; j < NS / 8; ++j) lse_pair[j] = *reinterpret_cast<const float2*>(lse_cols + 8 * j);
+  }
   wgmma_wait<1>();
   fence_regs(st);
   if constexpr (SoftCap) {
@@ -314,7 +325,7 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
   } else {
 #pragma unroll
     for (int j = 0; j < NS / 8; ++j) {
-      const float2 l = *reinterpret_cast<const float2*>(lse_cols + 8 * j);
+      const float2 l = Prefetch ? lse_pair[j] : *reinterpret_cast<const float2*>(lse_cols + 8 * j);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
 #pragma unroll
@@ -335,11 +346,16 @@ __device__ __forceinline__ void bwd_p_ds(float (&st)[NS / 2], float (&dpt)[NS / 
       }
     }
   }
+  float2 delta_pair[NS / 8];
+  if constexpr (Prefetch) {
+#pragma unroll
+    for (int j = 0; j < NS / 8; ++j) delta_pair[j] = *reinterpret_cast<const float2*>(delta_cols + 8 * j);
+  }
   wgmma_wait<0>();
   fence_regs(dpt);
 #pragma unroll
   for (int j = 0; j < NS / 8; ++j) {
-    const float2 dl = *reinterpret_cast<const float2*>(delta_cols + 8 * j);
+    const float2 dl = Prefetch ? delta_pair[j] : *reinterpret_cast<const float2*>(delta_cols + 8 * j);
     float2 l;
     if constexpr (SoftCap) l = *reinterpret_cast<const float2*>(lse_cols + 8 * j);
 #pragma unroll
