@@ -14,7 +14,8 @@ of kernel_kv80.cuh).
    MN-major canonical layout, the 128B swizzle applied to the address), and accumulator /
    A-fragment registers follow the PTX fragment layouts. For each configuration and consumer
    warpgroup the emulated S^T / dP^T (hd256: S / dP), dV, dK and dQ pieces must equal numpy's
-   products of the right sub-blocks.
+   products of the right sub-blocks. The 64-row tiles also: K's register fragments for S^T
+   (load_a_frags' ldmatrix addresses) are the wgmma A fragments of its first four k-steps.
 2. Tiling. The whole backward at tile level (key blocks, query-block ranges per causal key block,
    masks, the lse2 = +inf / delta' = 0 padding convention, the dlse fold, GQA loop) against a
    direct float64 gradient, on shapes with ragged lengths, seq_q != seq_k and GQA.
@@ -194,6 +195,16 @@ def scatter_acc(mat):
     return regs
 
 
+def ldmatrix_x4(smem, row_addr, lane):
+    """ldmatrix .m8n8 .x4 (not transposed) of one warp, lane `lane`'s four registers: row_addr[l]
+    = the address lane l supplies (row l % 8 of matrix l / 8); register m gets matrix m's row
+    lane / 4, columns 2 (lane % 4) + e (e = 0, 1)."""
+    return [
+        [smem.get(row_addr[8 * m + lane // 4] + 2 * (2 * (lane % 4) + e)) for e in range(2)]
+        for m in range(4)
+    ]
+
+
 def stmatrix_trans(smem, row_addr, frags):
     """stmatrix .m8n8 .trans of one warp: frags[m][lane] = the (2 values of the) 32-bit register
     of matrix m in lane `lane` (fragment row lane / 4, columns 2 (lane % 4) + e); row_addr[l] =
@@ -264,6 +275,28 @@ def check_layouts(cfg: Cfg, rng) -> list[str]:
             ref = want[64 * r : 64 * r + 64, s_col0 : s_col0 + ns]
             if not np.allclose(acc, ref):
                 errs.append(f"{cfg.name} wg{c}: {name} slice wrong")
+        if not cfg.dq_transposed:
+            # load_a_frags (BwdTile::k_in_registers): K's rows [64r, 64r + 64), head-dim columns
+            # [0, 64) by one ldmatrix x4 per k16 step (lane l: row 64 r + 16 w + l % 8 + 8 (m % 2),
+            # columns 16 kk + 8 (m / 2), m = l / 8); register 4 kk + u must be register u of the
+            # wgmma A fragment of step kk (S^T's first four k-steps from registers).
+            bad = 0
+            for w in range(4):
+                for kk in range(4):
+                    row_addr = []
+                    for ln in range(32):
+                        m = ln // 8
+                        row = 64 * r + 16 * w + ln % 8 + 8 * (m % 2)
+                        col = 16 * kk + 8 * (m // 2)
+                        row_addr.append(cfg.k_off + sw128_offset(row, col, cfg.chunk_bytes_kv))
+                    for ln in range(32):
+                        regs = ldmatrix_x4(smem, row_addr, ln)
+                        for u in range(4):
+                            for h in range(2):
+                                row, k = a_frag_coords(32 * w + ln, kk, u, h)
+                                bad += regs[u][h] != K[64 * r + row, k]
+            if bad:
+                errs.append(f"{cfg.name} wg{c}: K's register fragments wrong in {bad} places")
         # The warpgroup's registers of P^T and dS^T in the accumulator layout.
         pt_regs = scatter_acc(Pt[64 * r : 64 * r + 64, s_col0 : s_col0 + ns])
         dst_regs = scatter_acc(dSt[64 * r : 64 * r + 64, s_col0 : s_col0 + ns])
