@@ -26,7 +26,10 @@
 #             A/B), into HARNESS_DIR (default /tmp/harness); BUILD_JOBS (default 16) compiles at once
 #   ab        kernel-only A/B: AB_ROUNDS (default 2) rounds, in ABBA order, of $AB_BASE/${AB_HARNESS}_check
 #             and this run's harness with $AB_ARGS (AB_HARNESS fwd or bwd; AB_BASE a HARNESS_DIR
-#             of the other revision), e.g. AB_ARGS="--no-check --bench --configs library --hd 128"
+#             of the other revision), e.g. AB_ARGS="--no-check --bench --configs library --hd 128";
+#             or AB_BUILDS="base=DIR c1=DIR c2=DIR" for several builds, interleaved the same way
+#             (the order reversed every round); a DIR holds ${AB_HARNESS}_check or its .xz. AB_ARGS
+#             may hold several argument sets separated by ';' (shell quoting inside each)
 # HARNESS_PREBUILT names a folder holding fwd_check and bwd_check (and bwd_check_race, the racecheck
 # build with -DFA4_BWD_RELEASE_EVERY_THREAD=1) built with NVCC_FLAGS below, each as it is or as
 # NAME.xz (the harness build is then skipped; STAGES=build HARNESS_XZ=1 writes the .xz beside them). TESTS_CAP (default 420 s) bounds the pytest stage; TESTS_ARGS (default tests/gpu) picks what it runs, so
@@ -157,7 +160,7 @@ if [ -n "${HARNESS_PREBUILT:-}" ]; then  # fwd_check / bwd_check built elsewhere
     fi
   done
   stamp "harness from $HARNESS_PREBUILT"
-elif has harness || has sanitize || has build || has ab; then
+elif has harness || has sanitize || has build || { has ab && [ -z "${AB_BUILDS:-}" ]; }; then
   stamp "harness build of ${HARNESS_SRC:-.} into $H"
   (cd "${HARNESS_SRC:-.}" && build_harness) > "$OUT/harness_build.txt" 2>&1
   stamp "harness build rc=$?"
@@ -354,18 +357,37 @@ if has decode; then
   fi
 fi
 if has ab; then
-  stamp "A/B: $AB_BASE against $H, ${AB_HARNESS:-fwd}_check ${AB_ARGS:-}"
-  # ABBA: the order flips every round, so neither build always runs first (on an H100, a build
-  # that always ran second read 3.7% slower in one cell in both rounds, and level with the other
-  # in four ABBA rounds of the same two builds).
-  for r in $(seq 1 "${AB_ROUNDS:-2}"); do
-    order=("A $AB_BASE" "B $H")
-    [ $((r % 2)) = 0 ] && order=("B $H" "A $AB_BASE")
-    for side in "${order[@]}"; do
-      set -- $side
-      echo "== $1 round $r" | tee -a "$S"
-      # shellcheck disable=SC2086
-      timeout "$(cap 120 10)" "$2/${AB_HARNESS:-fwd}_check" ${AB_ARGS:-} 2>&1 | grep -E "^ +[0-9]+ " | tee -a "$S"
+  # name=dir per build; without AB_BUILDS, A = AB_BASE against B = this run's harness.
+  read -ra AB_LIST <<< "${AB_BUILDS:-A=${AB_BASE:-} B=$H}"
+  AB_BIN=${AB_HARNESS:-fwd}_check
+  declare -A AB_EXE
+  for b in "${AB_LIST[@]}"; do
+    n=${b%%=*} d=${b#*=}
+    if [ -x "$d/$AB_BIN" ]; then AB_EXE[$n]=$d/$AB_BIN
+    elif [ -f "$d/$AB_BIN.xz" ]; then
+      mkdir -p "/tmp/ab_$n" && xz -dc "$d/$AB_BIN.xz" > "/tmp/ab_$n/$AB_BIN" && chmod +x "/tmp/ab_$n/$AB_BIN" \
+        && AB_EXE[$n]=/tmp/ab_$n/$AB_BIN
+    fi
+    [ -n "${AB_EXE[$n]:-}" ] || { stamp "A/B: no $AB_BIN (or .xz) in '$d' for $n"; exit 1; }
+  done
+  stamp "A/B: ${AB_LIST[*]}; $AB_BIN ${AB_ARGS:-}"
+  IFS=';' read -ra AB_SETS <<< "${AB_ARGS:-}"
+  [ "${#AB_SETS[@]}" -gt 0 ] || AB_SETS=("")
+  # ABBA: the order flips every round, so no build always runs first (on an H100, a build that
+  # always ran second read 3.7% slower in one cell in both rounds, and level with the other in
+  # four ABBA rounds of the same two builds).
+  for set in "${AB_SETS[@]}"; do
+    for r in $(seq 1 "${AB_ROUNDS:-2}"); do
+      order=("${AB_LIST[@]}")
+      if [ $((r % 2)) = 0 ]; then
+        order=()
+        for ((i = ${#AB_LIST[@]} - 1; i >= 0; i--)); do order+=("${AB_LIST[$i]}"); done
+      fi
+      for b in "${order[@]}"; do
+        n=${b%%=*}
+        echo "== $n round $r:$set" | tee -a "$S"
+        eval "timeout \"\$(cap 120 10)\" \"\${AB_EXE[\$n]}\" $set" 2>&1 | grep -E "^ +[0-9]+ |error|FAIL" | tee -a "$S"
+      done
     done
   done
 fi
