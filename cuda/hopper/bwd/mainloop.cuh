@@ -62,7 +62,8 @@ __device__ __forceinline__ void issue_transposed_scores(float (&acc)[N / 2], con
   // Y's ring stage makes them loop-variant, so they are formed per step on the uniform datapath.
   // As loop invariants, X's 8 descriptors (and dQ^T's) stayed live across the step loop of the
   // 80-row tile, whose 208 accumulator registers left no room: 152 B of spills, 12 local loads
-  // and stores a step (ptxas -v, SASS). The 64-row tiles keep X's own descriptors.
+  // and stores a step (ptxas -v, SASS). The 64-row tiles keep X's own descriptors. y0: Y's first
+  // chunk at col0, also the RS steps' B.
   const auto y0 = MmaSmemDescriptor::sw128(y_tile + col0 * 128, 0);
   const int64_t x_minus_y =
       (int64_t(smem_addr(x_tile + r * 64 * 128)) - int64_t(smem_addr(y_tile + col0 * 128))) / 16;
@@ -73,7 +74,7 @@ __device__ __forceinline__ void issue_transposed_scores(float (&acc)[N / 2], con
     uint64_t a, b;
     if constexpr (KF > 1) {
       if (kk < 4) {
-        b = MmaSmemDescriptor::sw128(y_tile + col0 * 128, 0).plus_bytes(within).bits;
+        b = y0.plus_bytes(within).bits;  // chunk 0 of Y
         const uint32_t frag[4] = {x_frag[4 * kk], x_frag[4 * kk + 1], x_frag[4 * kk + 2], x_frag[4 * kk + 3]};
         WgmmaRS<Tag, N>::template mma<0>(acc, frag, b, kk > 0 ? 1u : 0u);
         continue;

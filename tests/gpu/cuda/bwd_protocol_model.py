@@ -59,8 +59,8 @@ Mutations (--mutate; each must make some trial fail, so the model does see that 
   the other's dQ(t) still reads, since the warpgroups meet only at the Pds barrier),
   'release_early' (det: the semaphore released before bulk_wait_all); hd128 also
   'q_release_before_dk' (Q's stage released before dK, which reads it, retired), as hd128
-  (80x128); hd64 and hd128 persistent: 'kv_load_without_empty' (next tile's K/V loaded without the kv_empty wait),
-  'kv_empty_before_epilogue' (kv_empty arrived before the dK / dV staging in V was read back),
+  (80x128); hd64 and hd128 persistent: 'kv_load_without_empty' (next tile's K/V loaded without
+  the kv_empty wait), 'kv_empty_before_epilogue' (kv_empty arrived before the dK / dV staging in V was read back),
   'kv_empty_before_last_dq' (hd64: kv_empty arrived before the last step's dQ, which reads K,
   retired), 'kv_empty_before_last_step' (hd128: kv_empty arrived before the last step); hd256: 'single_pds_buffer', 'do_release_early' (dO freed before dV^T retired),
   'no_epilogue_barrier' (dK/dV staged over the rings without the first epilogue barrier),
