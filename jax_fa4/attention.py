@@ -219,7 +219,8 @@ def attention(
         seq_k``) or a pair ``(q_segment_ids [batch, seq_q], kv_segment_ids [batch, seq_k])``;
         key j is visible from query i only if their ids are equal. Causal, window and lengths
         still apply to the positions within the row (causal inside each document). Any integer
-        dtype, cast to int32 (the values must fit in int32). Ids that are non-decreasing along
+        dtype, cast to int32 (the values must fit in int32: checked, with a ValueError, where
+        they are known at trace time; traced ones are cast). Ids that are non-decreasing along
         the sequence let the GPU kernels skip the blocks between documents; any ids are exact.
       logits_soft_cap: a static positive finite float ``c``: the score ``s = softmax_scale * q.k``
         becomes ``c * tanh(s / c)`` before the softmax (as Gemma 2).

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 from jax.extend.core import Primitive
-from jax.interpreters import batching, xla
+from jax.interpreters import ad, batching, xla
 
 from jax_fa4 import _compat
 
@@ -142,6 +142,28 @@ fa4_fwd_p.def_impl(lambda *args, **params: xla.apply_primitive(fa4_fwd_p, *args,
 fa4_bwd_p.def_impl(lambda *args, **params: xla.apply_primitive(fa4_bwd_p, *args, **params))
 
 
+def _no_higher_order(name: str):
+    """A JVP rule that refuses: the primitives are only ever differentiated through
+    jax_fa4.attention's custom_vjp (first-order reverse mode); reaching one means a second
+    derivative (grad of grad, hessian, jvp of grad), which the kernels do not provide."""
+
+    def rule(primals: Sequence[jax.Array], tangents: Sequence[object], **params: object) -> None:
+        del primals, tangents, params
+        raise NotImplementedError(
+            f"jax_fa4.attention is differentiable once, in reverse mode (jax.grad, jax.vjp, "
+            f"jax.value_and_grad): a second derivative (grad of grad, jax.hessian, jvp of grad) "
+            f"reached the {name} primitive, which has no derivative; forward mode (jax.jvp, "
+            f"jax.jacfwd) is not supported either. Use jax.nn.dot_product_attention where higher "
+            f"derivatives are needed."
+        )
+
+    return rule
+
+
+ad.primitive_jvps[fa4_fwd_p] = _no_higher_order("fa4_fwd")
+ad.primitive_jvps[fa4_bwd_p] = _no_higher_order("fa4_bwd")
+
+
 # ---------------------------------------------------------------------------------------------
 # Batching
 # ---------------------------------------------------------------------------------------------
@@ -167,9 +189,15 @@ def _fold_into_batch(
     return out
 
 
-def _unfold_batch(x: jax.Array, size: int) -> jax.Array:
-    """Inverse of :func:`_fold_into_batch` for one result: [n*b, ...] -> [n, b, ...]."""
-    return x.reshape((size, x.shape[0] // size, *x.shape[1:]))
+def _inner_batch(x: jax.Array, d: int | None) -> int:
+    """The batch b of one example: x's leading axis once its mapped axis d is taken out."""
+    return x.shape[0] if d is None else (*x.shape[:d], *x.shape[d + 1 :])[0]
+
+
+def _unfold_batch(x: jax.Array, size: int, batch: int) -> jax.Array:
+    """Inverse of :func:`_fold_into_batch` for one result: [n*b, ...] -> [n, b, ...] (b given,
+    not divided out, so a vmap over an empty axis, n = 0, works)."""
+    return x.reshape((size, batch, *x.shape[1:]))
 
 
 def _fwd_batch(
@@ -201,7 +229,8 @@ def _fwd_batch(
         lse = lse.reshape(b, hq, size, sq)
         return (o, lse), (3, 2)
     o, lse = fa4_fwd_p.bind(*_fold_into_batch(args, dims, size), **params)
-    return (_unfold_batch(o, size), _unfold_batch(lse, size)), (0, 0)
+    b = _inner_batch(q, qd)
+    return (_unfold_batch(o, size, b), _unfold_batch(lse, size, b)), (0, 0)
 
 
 def _bwd_batch(
@@ -213,7 +242,8 @@ def _bwd_batch(
     batch as its leading axis), ([dq, dk, dv], mapped axes 0)."""
     size = _axis_size(args, dims)
     outs = fa4_bwd_p.bind(*_fold_into_batch(args, dims, size), **params)
-    return [_unfold_batch(x, size) for x in outs], (0, 0, 0)
+    b = _inner_batch(args[0], dims[0])
+    return [_unfold_batch(x, size, b) for x in outs], (0, 0, 0)
 
 
 batching.primitive_batchers[fa4_fwd_p] = _fwd_batch

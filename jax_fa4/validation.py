@@ -335,12 +335,44 @@ def check_seq_lengths(name: str, lengths: object, batch: int, seq: int) -> jax.A
     return jnp.clip(arr, 0, seq).astype(jnp.int32)
 
 
+_INT32 = np.iinfo(np.int32)
+
+
+def _ids_in_int32(name: str, x: object) -> object:
+    """Segment ids known on the host (NumPy values, lists, concrete arrays) of an integer type
+    wider than int32: their values checked to fit int32 and cast there, since a cast would wrap
+    an id past the range onto another one (2**32 would match 0; with 64-bit types off,
+    jnp.asarray wraps it before any check could see it). Anything else is returned as given:
+    traced ids of a wider type are cast as documented (their values must fit)."""
+    if isinstance(x, jax.core.Tracer) or not isinstance(
+        x, (np.ndarray, np.generic, list, tuple, jax.Array)
+    ):
+        return x
+    try:
+        host = np.asarray(x)
+    except (TypeError, ValueError):  # a list holding tracers, or not an array: checked later
+        return x
+    if host.dtype.kind not in "iu" or host.dtype == np.bool_ or host.size == 0:
+        return x
+    if np.can_cast(host.dtype, np.int32):
+        return x
+    lo, hi = host.min(), host.max()
+    if lo < _INT32.min or hi > _INT32.max:
+        raise ValueError(
+            f"{name} must hold values that fit int32 ({_INT32.min}..{_INT32.max}), since the "
+            f"kernels compare ids as int32; got {host.dtype} values from {lo} to {hi}. Renumber "
+            "the documents (only equality between a query's and a key's id matters)"
+        )
+    return host.astype(np.int32)
+
+
 def check_segment_ids(
     segment_ids: object, batch: int, seq_q: int, seq_k: int
 ) -> tuple[jax.Array, jax.Array] | None:
     """``segment_ids``: None, an integer array ``[batch, seq]`` (needs ``seq_q == seq_k``) or a
     pair ``(q_ids [batch, seq_q], kv_ids [batch, seq_k])``; returns (q_ids, kv_ids) as int32
-    (other integer dtypes are cast: their values must fit in int32)."""
+    (other integer dtypes are cast: their values must fit in int32, which is checked wherever
+    the values are known at trace time)."""
     if segment_ids is None:
         return None
     if isinstance(segment_ids, (tuple, list)):  # a pair (a nested list is not an array here)
@@ -350,9 +382,17 @@ def check_segment_ids(
                 f"kv_segment_ids); got a {type(segment_ids).__name__} of {len(segment_ids)} "
                 "entries"
             )
-        q_ids = _check_int_array("q_segment_ids", segment_ids[0], (batch, seq_q), "[batch, seq_q]")
+        q_ids = _check_int_array(
+            "q_segment_ids",
+            _ids_in_int32("q_segment_ids", segment_ids[0]),
+            (batch, seq_q),
+            "[batch, seq_q]",
+        )
         kv_ids = _check_int_array(
-            "kv_segment_ids", segment_ids[1], (batch, seq_k), "[batch, seq_k]"
+            "kv_segment_ids",
+            _ids_in_int32("kv_segment_ids", segment_ids[1]),
+            (batch, seq_k),
+            "[batch, seq_k]",
         )
         return q_ids.astype(jnp.int32), kv_ids.astype(jnp.int32)
     if seq_q != seq_k:
@@ -360,7 +400,9 @@ def check_segment_ids(
             f"segment_ids as one array needs seq_q == seq_k; got seq_q {seq_q}, seq_k {seq_k}. "
             "Pass a pair (q_segment_ids [batch, seq_q], kv_segment_ids [batch, seq_k]) instead"
         )
-    ids = _check_int_array("segment_ids", segment_ids, (batch, seq_q), "[batch, seq]")
+    ids = _check_int_array(
+        "segment_ids", _ids_in_int32("segment_ids", segment_ids), (batch, seq_q), "[batch, seq]"
+    )
     ids = ids.astype(jnp.int32)
     return ids, ids
 

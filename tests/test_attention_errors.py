@@ -204,6 +204,24 @@ def test_rocm_has_no_kernel():
         _export_for("rocm", jax_fa4.attention, q, k, v)
 
 
+def test_second_derivatives_are_a_clear_error():
+    """grad of grad, the Hessian and jvp of grad reach the primitives' JVP rules, which say what
+    is supported instead of JAX's generic "Differentiation rule ... not implemented"."""
+    q, k, v = _qkv()
+
+    def f(q):
+        return jnp.sum(jax_fa4.attention(q, k, v, causal=True) ** 2)
+
+    msg = r"jax_fa4.attention is differentiable once, in reverse mode"
+    with pytest.raises(NotImplementedError, match=msg):
+        jax.grad(lambda q: jnp.sum(jax.grad(f)(q)))(q)
+    with pytest.raises(NotImplementedError, match=msg):
+        jax.hessian(lambda x: jax_fa4.attention(x, k, v)[0, 0, 0, 0])(q)
+    with pytest.raises(NotImplementedError, match=msg):
+        jax.jvp(jax.grad(f), (q,), (q,))
+    assert jax.grad(f)(q).shape == q.shape  # first order is unaffected
+
+
 @pytest.mark.skipif(_ffi.built_with_cuda(), reason="this build has the CUDA kernels")
 def test_cuda_without_cuda_build_is_a_clear_error():
     q, k, v = _qkv(d=64, dv=64, dtype=jnp.bfloat16)

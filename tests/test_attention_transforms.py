@@ -105,6 +105,26 @@ def test_nested_vmap():
             )
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_vmap_over_an_empty_axis(causal):
+    """A vmap over a size-0 axis gives empty results (forward, gradients, mapped lengths) with
+    the per-example shapes behind the empty axis, as the unmapped empty problem does."""
+    q, k, v = random_qkv(jax.random.key(6), 2, 5, 7, 2, 1, 8, 8, jnp.float32)
+    e = lambda x: x[None][:0]  # noqa: E731
+    attn = lambda q, k, v: jax_fa4.attention(q, k, v, causal=causal)  # noqa: E731
+    assert jax.vmap(attn)(e(q), e(k), e(v)).shape == (0, 2, 5, 2, 8)
+    assert jax.jit(jax.vmap(lambda q: attn(q, k, v)))(e(q)).shape == (0, 2, 5, 2, 8)
+    dq, dk, dv = jax.grad(lambda q, k, v: jax.vmap(attn)(q, k, v).sum(), argnums=(0, 1, 2))(
+        e(q), e(k), e(v)
+    )
+    assert (dq.shape, dk.shape, dv.shape) == ((0, 2, 5, 2, 8), (0, 2, 7, 1, 8), (0, 2, 7, 1, 8))
+    gk = jax.grad(lambda k: jax.vmap(lambda q: attn(q, k, v))(e(q)).sum())(k)
+    np.testing.assert_array_equal(np.asarray(gk), np.zeros_like(np.asarray(k)))
+    lens = jnp.zeros((0, 2), jnp.int32)
+    o = jax.vmap(lambda n: jax_fa4.attention(q, k, v, key_value_seq_lengths=n))(lens)
+    assert o.shape == (0, 2, 5, 2, 8)
+
+
 def test_grad_of_vmap_equals_sum_of_grads():
     q, k, v = _inputs((True, False, False), (0, 0, 0), seed=4)
 

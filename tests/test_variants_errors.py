@@ -188,3 +188,36 @@ def test_bad_segment_ids():
     _raises(
         TypeError, r"kv_segment_ids must be an array; got NoneType None", segment_ids=(ids_q, None)
     )
+
+
+def test_segment_ids_past_int32_are_an_error_not_a_wrap():
+    """Host ids of a wider integer type are checked to fit int32 before the cast: 2**32 would
+    otherwise wrap onto 0 and match a key whose id is 0."""
+    ids_q = np.full((B, SQ), 2**32, np.int64)
+    ids_k = np.zeros((B, SK), np.int64)
+    _raises(
+        ValueError,
+        r"q_segment_ids must hold values that fit int32 \(-2147483648..2147483647\).*got int64 "
+        r"values from 4294967296 to 4294967296",
+        segment_ids=(ids_q, ids_k),
+    )
+    _raises(
+        ValueError,
+        r"kv_segment_ids must hold values that fit int32.*got uint32 values from 2147483648 to "
+        r"2147483648",
+        segment_ids=(np.zeros((B, SQ), np.int32), np.full((B, SK), 2**31, np.uint32)),
+    )
+    _raises(
+        ValueError,
+        r"^segment_ids must hold values that fit int32.*got uint64 values from 0 to "
+        r"18446744073709551615",
+        sk=SQ,
+        segment_ids=np.array([[0] * (SQ - 1) + [2**64 - 1]] * B, np.uint64),
+    )
+    # Wide types whose values fit are cast exactly: the same result as int32 ids.
+    q, k, v = _qkv(SQ)
+    ids = np.array([[0, 0, 0, 5, 5, 7, 7, 7], [1, 1, 2, 2, 2, 2, 3, 3]])
+    want = jax_fa4.attention(q, k, v, causal=True, segment_ids=ids.astype(np.int32))
+    for dtype in (np.int64, np.uint32, np.uint64):
+        got = jax_fa4.attention(q, k, v, causal=True, segment_ids=ids.astype(dtype))
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
