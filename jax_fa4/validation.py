@@ -382,18 +382,28 @@ def check_segment_ids(
                 f"kv_segment_ids); got a {type(segment_ids).__name__} of {len(segment_ids)} "
                 "entries"
             )
-        q_ids = _check_int_array(
-            "q_segment_ids",
-            _ids_in_int32("q_segment_ids", segment_ids[0]),
-            (batch, seq_q),
-            "[batch, seq_q]",
-        )
-        kv_ids = _check_int_array(
-            "kv_segment_ids",
-            _ids_in_int32("kv_segment_ids", segment_ids[1]),
-            (batch, seq_k),
-            "[batch, seq_k]",
-        )
+        try:
+            q_ids = _check_int_array(
+                "q_segment_ids",
+                _ids_in_int32("q_segment_ids", segment_ids[0]),
+                (batch, seq_q),
+                "[batch, seq_q]",
+            )
+            kv_ids = _check_int_array(
+                "kv_segment_ids",
+                _ids_in_int32("kv_segment_ids", segment_ids[1]),
+                (batch, seq_k),
+                "[batch, seq_k]",
+            )
+        except (TypeError, ValueError) as err:
+            if np.ndim(segment_ids[0]) == 1 and np.ndim(segment_ids[1]) == 1:
+                # Two rows of ids look like a batch of 2 written as a list of rows.
+                raise type(err)(
+                    f"{err}. (A {type(segment_ids).__name__} of two entries is read as the pair "
+                    "(q_segment_ids, kv_segment_ids); pass per-row ids as one array [batch, seq], "
+                    "e.g. np.asarray(rows))"
+                ) from err
+            raise
         return q_ids.astype(jnp.int32), kv_ids.astype(jnp.int32)
     if seq_q != seq_k:
         raise ValueError(

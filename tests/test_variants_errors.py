@@ -221,3 +221,17 @@ def test_segment_ids_past_int32_are_an_error_not_a_wrap():
     for dtype in (np.int64, np.uint32, np.uint64):
         got = jax_fa4.attention(q, k, v, causal=True, segment_ids=ids.astype(dtype))
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_segment_ids_rows_as_a_list_say_how_they_were_read():
+    """A list of two rows (a batch of 2 written as nested lists) is read as the pair (q_ids,
+    kv_ids): the shape error says so and how to pass rows."""
+    rows = [[0] * SQ, [1] * SQ]
+    _raises(
+        ValueError,
+        r"q_segment_ids must have shape \[batch, seq_q\] = \(2, 8\); got .* shape \(8,\).*A list "
+        r"of two entries is read as the pair \(q_segment_ids, kv_segment_ids\); pass per-row ids "
+        r"as one array \[batch, seq\]",
+        sk=SQ,
+        segment_ids=rows,
+    )
