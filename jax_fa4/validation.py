@@ -305,30 +305,41 @@ def _check_int_array(name: str, x: object, shape: tuple[int, ...], what: str) ->
     return arr
 
 
+def _host_wide_ints(x: object) -> np.ndarray | None:
+    """x's values on the host when x is an integer array known at trace time (NumPy values,
+    lists, concrete arrays) of a type wider than int32, else None (tracers, int32 and narrower
+    types, which are not copied to the host, and anything that is no integer array: its checks
+    come later and name it). With 64-bit types off, jnp.asarray would wrap such values into
+    int32 before any check or clamp could see them."""
+    if isinstance(x, jax.core.Tracer) or not isinstance(
+        x, (np.ndarray, np.generic, list, tuple, jax.Array)
+    ):
+        return None
+
+    def fits(dtype: np.dtype) -> bool:  # not an integer type, or one int32 holds
+        return dtype == np.bool_ or dtype.kind not in "iu" or np.can_cast(dtype, np.int32)
+
+    if hasattr(x, "dtype") and fits(np.dtype(x.dtype)):
+        return None
+    try:
+        host = np.asarray(x)
+    except (TypeError, ValueError):  # a list holding tracers (TracerArrayConversionError)
+        return None
+    return None if fits(host.dtype) else host
+
+
 def check_seq_lengths(name: str, lengths: object, batch: int, seq: int) -> jax.Array | None:
     """``query_seq_lengths`` / ``key_value_seq_lengths``: None, or an integer array ``[batch]``,
     returned as int32 whose values the kernels (and the ring's block arithmetic) clamp to
     ``[0, seq]``: an int32 array passes through untouched, so a decode step whose cache lengths
     are an argument runs no XLA op before the kernel; other integer dtypes are clamped before
-    the cast (NumPy values on the host), so that a huge int64 length cannot wrap around."""
+    the cast (values known on the host, there), so that a huge int64 length cannot wrap around."""
     if lengths is None:
         return None
-    if isinstance(lengths, (np.ndarray, np.generic, list, tuple)):
-        # Host values are clamped on the host: with 64-bit types off, jnp.asarray would wrap a
-        # huge int64 length into int32 before any clamp could see it. (A list of traced values
-        # is no host value: it is left to jnp.asarray.)
-        try:
-            host = np.asarray(lengths)
-        except (TypeError, ValueError):  # tracers (TracerArrayConversionError is a TypeError)
-            host = None
-        # Only a valid array: a bad one reaches the checks below as given, and its error names it.
-        if (
-            host is not None
-            and host.dtype.kind in "iu"
-            and host.dtype != np.int32
-            and host.shape == (batch,)
-        ):
-            lengths = np.clip(host, 0, seq).astype(np.int32)
+    host = _host_wide_ints(lengths)
+    # Only a valid array: a bad one reaches the checks below as given, and its error names it.
+    if host is not None and host.shape == (batch,):
+        lengths = np.clip(host, 0, seq).astype(np.int32)
     arr = _check_int_array(name, lengths, (batch,), "[batch]")
     if np.dtype(arr.dtype) == np.int32:
         return arr
@@ -339,22 +350,12 @@ _INT32 = np.iinfo(np.int32)
 
 
 def _ids_in_int32(name: str, x: object) -> object:
-    """Segment ids known on the host (NumPy values, lists, concrete arrays) of an integer type
-    wider than int32: their values checked to fit int32 and cast there, since a cast would wrap
-    an id past the range onto another one (2**32 would match 0; with 64-bit types off,
-    jnp.asarray wraps it before any check could see it). Anything else is returned as given:
-    traced ids of a wider type are cast as documented (their values must fit)."""
-    if isinstance(x, jax.core.Tracer) or not isinstance(
-        x, (np.ndarray, np.generic, list, tuple, jax.Array)
-    ):
-        return x
-    try:
-        host = np.asarray(x)
-    except (TypeError, ValueError):  # a list holding tracers, or not an array: checked later
-        return x
-    if host.dtype.kind not in "iu" or host.dtype == np.bool_ or host.size == 0:
-        return x
-    if np.can_cast(host.dtype, np.int32):
+    """Segment ids known on the host of an integer type wider than int32 (_host_wide_ints):
+    their values checked to fit int32 and cast there, since a cast would wrap an id past the
+    range onto another one (2**32 would match 0). Anything else is returned as given: traced
+    ids of a wider type are cast as documented (their values must fit)."""
+    host = _host_wide_ints(x)
+    if host is None or host.size == 0:
         return x
     lo, hi = host.min(), host.max()
     if lo < _INT32.min or hi > _INT32.max:
