@@ -200,7 +200,7 @@ if has harness; then
   run_h $F "fwd harness: persistent, 5 CTAs, one-pair sections" $H/fwd_check --configs "hd64 persistent,hd128 persistent" --max-ctas 5 --section 1 --no-decode
   run_h $B "bwd harness: library + every configuration, dense and causal" $H/bwd_check --no-variants ${BWD_CHECK_ARGS:-}
   run_h $B "bwd harness: library + every configuration, variants" $H/bwd_check --variants-only ${BWD_CHECK_ARGS:-}
-  run_h $B "bwd harness: persistent, 3 CTAs" $H/bwd_check --config "hd64 persistent" --config "hd128 persistent" --max-ctas 3 --no-variants
+  run_h $B "bwd harness: persistent, 3 CTAs" $H/bwd_check --config "hd128 persistent" --hd 128 --max-ctas 3
   grep -hE "^FAIL" $F $B 2> /dev/null | head -10 | tee -a "$S"
 fi
 

@@ -48,11 +48,8 @@ struct BwdTile {
   static constexpr bool dq_transposed() { return BlockM == 80; }
   // The 80-row tile is built for plain dense attention only (as FA3 and FA4 use it): the causal
   // and variant paths (ranks, bands, per-warp mask facts) are written and checked for the 64- and
-  // 128-row tiles, and its 208 accumulator registers leave no room for their code. `hd128
-  // persistent` too: under the causal mask the grid kernel, with K in registers and the lse /
-  // delta loads ahead of the waits (neither fits the persistent kernel's 232 registers), is the
-  // faster one at every length (bwd_config_for, heuristics.h).
-  static constexpr bool dense_only() { return dq_transposed() || (Persistent && HeadDim == 128); }
+  // 128-row tiles, and its 208 accumulator registers leave no room for their code.
+  static constexpr bool dense_only() { return dq_transposed(); }
   // The step order (bwd_consumer_tile): dQ issued after dV and its piece staged while dK runs
   // (its shared-memory stores under a register-sourced product), nothing carried across steps;
   // or the look-ahead order, whose dQ(t) staging runs under the next step's S^T. hd64 keeps the

@@ -24,16 +24,12 @@ inline const char* bwd_config_name(BwdConfigId id) {
   }
 }
 
-// The persistent hd128 kernel runs plain dense problems without a mask when the keys are at most
-// this many and the backward is not deterministic (its tiles go out in completion order, which
-// the semaphore ranks cannot follow): its K/V loads of the next tile overlap the dK/dV stores of
-// this one, which pays when tiles are short. With the dQ-under-dK step order it ran 2k 6% and 4k
+// The persistent hd128 kernel runs plain dense and causal problems when the keys are at most this
+// many and the backward is not deterministic (its tiles go out in completion order, which the
+// semaphore ranks cannot follow): its K/V loads of the next tile overlap the dK/dV stores of this
+// one, which pays when tiles are short. With the dQ-under-dK step order it ran dense 2k 6% and 4k
 // about 5% ahead of the 80-row tile kernel-only on an H100, which runs longer problems without a
-// mask (2-5% ahead of the 64-row kernels at 8k-16k; docs A.6b). Causal problems run the `hd128`
-// grid kernel at every length: with K in registers and the lse / delta loads ahead of the waits
-// (which the persistent kernel's 232 registers cannot hold) it ran causal 2k 1-2.5% and 4k 1.5-3%
-// ahead of the persistent kernel in five kernel-only H100 runs (docs C.2 item 6; on an H200, before
-// those two changes, the persistent kernel was +0.6% at 2k and -0.4% at 4k).
+// mask (2-5% ahead of the 64-row kernels at 8k-16k; docs A.6b and C.2 item 6).
 constexpr int64_t kBwdShortSeqK = 4096;
 // hd64 runs plain dense and causal problems (not deterministic) on its persistent kernel up to
 // this many keys: kernel-only on an H100 it was ahead of the grid kernel in every measured cell,
@@ -129,13 +125,13 @@ inline BwdConfigId bwd_config_for(const BwdProblem& p) {
   if (p.head_dim == 64)
     return p.seq_k <= kBwdHd64PersistentMaxSeqK && !p.deterministic && bwd_is_plain(p) ? BwdConfigId::kHd64Persistent
                                                                                       : BwdConfigId::kHd64;
-  // Causal, variant problems and causal bands run the grid kernel: the persistent one is built for
-  // plain dense attention (kBwdShortSeqK). Longer (or deterministic) problems without a mask run
-  // the 80-row tile.
+  // Variant problems and causal bands run the grid kernel: the persistent one is built for plain
+  // dense and causal attention (a band leaves key blocks without steps, which its writer's
+  // hand-over does not model). Longer (or deterministic) problems without a mask run the 80-row tile.
   if (p.head_dim == 128) {
-    if (bwd_mask_kind(p) != MaskKind::kDense) return BwdConfigId::kHd128;  // a soft cap is kVariant
-    if (p.seq_k <= kBwdShortSeqK && !p.deterministic) return BwdConfigId::kHd128Persistent;
-    return BwdConfigId::kHd128Rows80;
+    if (p.seq_k <= kBwdShortSeqK && !p.deterministic && bwd_is_plain(p)) return BwdConfigId::kHd128Persistent;
+    if (bwd_mask_kind(p) == MaskKind::kDense) return BwdConfigId::kHd128Rows80;  // a soft cap is kVariant
+    return BwdConfigId::kHd128;
   }
   return BwdConfigId::kHd256;
 }

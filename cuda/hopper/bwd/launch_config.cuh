@@ -140,8 +140,8 @@ std::string launch_bwd_kernels(const BwdProblem& p, const BwdWorkspace& ws, cuda
 
 // The instantiation set per dtype: (kDense | kCausal | kVariant) without the soft cap, kVariant with
 // it, and (hd64 / hd128 grid configurations) kCausal with it for plain causal attention with a cap.
-// `hd64 persistent` is built for plain dense and causal attention only; `hd128 persistent` and
-// the 80-row tile (Cfg::dense_only) for dense attention without a mask only.
+// The persistent configuration is built for plain dense and causal attention only, the 80-row
+// one (Cfg::dense_only) for dense attention without a mask only.
 template <class T, class Cfg>
 std::string launch_bwd_kind(const BwdProblem& p, const BwdWorkspace& ws, cudaStream_t stream,
                             const BwdSchedule& schedule) {
@@ -149,7 +149,7 @@ std::string launch_bwd_kind(const BwdProblem& p, const BwdWorkspace& ws, cudaStr
     if (bwd_mask_kind(p) != MaskKind::kDense) {  // a soft cap is kVariant too
       return std::string("backward: the ") + Cfg::name() +
              " configuration runs dense problems without a mask only (causal, a window, lengths, segment ids or a "
-             "soft cap run the hd128 grid configuration)";
+             "soft cap run the 64-row configurations)";
     }
     return launch_bwd_kernels<T, Cfg, MaskKind::kDense, false>(p, ws, stream, schedule);
   } else {

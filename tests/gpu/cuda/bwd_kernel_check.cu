@@ -5,7 +5,7 @@
 // through the library's entry point (launch_bwd: the configuration and schedule of bwd_plan) and
 // through every named configuration of its head dim (launch_bwd_config<Cfg>, the heuristics'
 // schedule unless --lpt / --max-ctas say otherwise), in the default and the deterministic mode
-// (not for the persistent configurations, which have none). Then (--bench) kernel-only timings of
+// (not for the persistent configuration, which has none). Then (--bench) kernel-only timings of
 // the whole backward (preprocess + main + postprocess) on the FlashAttention-3 grid;
 // --deterministic-bench adds the deterministic mode's rows. A hang in the deterministic mode (a
 // semaphore never reaching its value, a barrier or setmaxnreg nobody completes) prints
@@ -14,8 +14,8 @@
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icuda \
 //        -Xcompiler -fopenmp tests/gpu/cuda/bwd_kernel_check.cu cuda/hopper/bwd/*.cu \
 //        cuda/hopper/common/tensor_map.cu -o bwd_check
-// Options: --config NAME (repeatable: "library", "hd64", "hd64 persistent", "hd128", "hd128 (80x128)"
-// and "hd128 persistent" (dense cases only), "hd256 (64x80)"; default all), --hd D (repeatable), --lpt 0|1, --lpt-section N (N (batch, kv
+// Options: --config NAME (repeatable: "library", "hd64", "hd128", "hd128 (80x128)" (dense cases
+// only), "hd128 persistent", "hd256 (64x80)"; default all), --hd D (repeatable), --lpt 0|1, --lpt-section N (N (batch, kv
 // head) pairs a longest-first section, key block major inside it; on every configuration's
 // schedule), --max-ctas N, --modes 0,1
 // (0 default, 1 deterministic), --no-check, --bench, --quick-bench, --deterministic-bench,
@@ -28,8 +28,7 @@
 // the dense / causal shape list instead, and --window / --softcap to the --bench rows; --bench-docs
 // N packs the --bench rows with N equal documents (sorted segment ids); --bench-heads H and
 // --bench-heads-kv HKV set their query and kv heads (GQA rows; HKV must divide H). The
-// persistent configurations run plain dense attention (and `hd64 persistent` plain causal) only, so
-// variant cases skip them.
+// persistent configuration runs dense and causal only, so variant cases skip it.
 // --probe (with --bench, in a build where every source has -DFA4_BWD_PHASE_PROBE=1): after each
 // timed row of the hd64 / hd128 grid kernel, one launch records when each CTA reaches each phase
 // (bwd/probe.cuh) and a line summarises it: setup, K/V arrival, first step, a steady step, the
@@ -69,7 +68,7 @@ struct Target {
   const char* name;
   int head_dim;  // 0: any (the library)
   bool persistent;
-  bool dense_only;      // runs dense problems without a mask only (the 80-row tile, `hd128 persistent`)
+  bool dense_only;      // runs dense problems without a mask only (the 80-row hd128 tile)
   ConfigLaunch launch;  // null: the library
 };
 template <class Cfg>
